@@ -1,0 +1,69 @@
+"""The job's configuration, fixed at launch and shipped to every worker."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from beam_jobs import _sources, _typing
+
+__all__ = ["JobConfig", "decided_types"]
+
+
+@dataclasses.dataclass(frozen=True)
+class JobConfig:
+    source_format: str  # "csv" | "parquet"
+    input_pattern: str
+    files: tuple
+    output: str
+    tmp_dir: str
+    columns: tuple
+    header: tuple = ()
+    csv: _sources.CsvFormat = _sources.CsvFormat()
+    given_types: tuple = ()  # ((name, dtype), ...)
+    arrow_types: tuple = ()  # parquet: ((name, dtype, shape), ...)
+    label: str | None = None
+    splits: tuple = (("train", 1.0),)
+    split_key: str | None = None
+    num_shards: tuple = (1,)  # per split
+    shuffle: bool = True
+    seed: int = 0
+    compression: str = "none"
+    max_bad_fraction: float = 0.001
+    overwrite: bool = False
+    binary_columns: tuple = ()  # bytes columns that hold binary data, not UTF-8 text
+    input_bytes: int = 0
+    schema_origin: str = "inferred"  # "inferred" | "given" | "mixed" | "parquet"
+
+    def recorded_options(self) -> dict:
+        """The options that shaped the output, as recorded in the metadata."""
+        return {
+            "columns": list(self.columns),
+            "label": self.label,
+            "splits": dict(self.splits),
+            "split_key": self.split_key,
+            "num_shards": dict(zip(self.split_names, self.num_shards)),
+            "shuffle": self.shuffle,
+            "seed": self.seed,
+            "compression": self.compression,
+            "max_bad_fraction": self.max_bad_fraction,
+            "delimiter": self.csv.delimiter if self.source_format == "csv" else None,
+            "null_values": list(self.csv.null_values) if self.source_format == "csv" else None,
+            "given_types": dict(self.given_types),
+        }
+
+    @property
+    def infer(self) -> bool:
+        return self.source_format == "csv" and any(c not in dict(self.given_types) for c in self.columns)
+
+    @property
+    def split_names(self) -> list:
+        return [s for s, _ in self.splits]
+
+
+def decided_types(cfg: JobConfig, type_counts) -> dict:
+    """(dtype, shape) per selected column, from given types, inference, or Arrow."""
+    if cfg.source_format == "parquet":
+        return {name: (dtype, tuple(shape)) for name, dtype, shape in cfg.arrow_types}
+    counts = {k: _typing.TypeCounts(**v) for k, v in (type_counts or {}).items()}
+    types = _typing.decide_types(counts, cfg.columns, tolerance=cfg.max_bad_fraction, given=dict(cfg.given_types))
+    return {name: (types[name], ()) for name in cfg.columns}

@@ -1,0 +1,296 @@
+"""Converts CSV or Parquet corpora into sharded TFRecord datasets of tf.train.Example.
+
+    python -m beam_jobs.convert --source csv --input 'data/*.csv' --output out/ds \\
+        [--label y] [--splits train=0.8,eval=0.2] [any Beam pipeline option]
+
+Runs on Beam's DirectRunner by default; `--runner DataflowRunner ...` runs it on Dataflow.
+Flags follow Beam's spelling (`--num_shards`); dashed forms (`--num-shards`) work too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import logging
+import sys
+import time
+import uuid
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from beam_jobs import _plan, _sources, _typing
+from beam_jobs._config import JobConfig
+from beam_jobs._finalize import TMP_PREFIX, ConversionError, delete_tree, existing_dataset_files
+from beam_jobs._pipeline import ConvertToTFRecords
+from ingest import contract
+
+__all__ = ["main", "run", "build_parser", "ConversionError"]
+
+logger = logging.getLogger("beam_jobs.convert")
+
+
+def _flag(parser, name, **kwargs):
+    dashed = "--" + name.replace("_", "-")
+    names = ["--" + name] + ([dashed] if dashed != "--" + name else [])
+    parser.add_argument(*names, dest=name, **kwargs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m beam_jobs.convert",
+        description="Convert CSV or Parquet files into sharded TFRecords of tf.train.Example "
+        "with a metadata file the ingest runtime reads. Unknown flags are Beam pipeline options "
+        "(--runner, --direct_running_mode, --project, ...).",
+    )
+    _flag(p, "source", required=True, choices=["csv", "parquet"], help="input format")
+    _flag(p, "input", required=True, help="file pattern, local or gs:// (e.g. 'data/*.csv', 'gs://b/x-*.parquet')")
+    _flag(p, "output", required=True, help="dataset directory, local or gs://")
+    _flag(p, "columns", help="comma-separated columns to keep, in this order (default: all)")
+    _flag(p, "label", help="the label column")
+    _flag(p, "column", action="append", default=[], metavar="NAME:TYPE", help="column type: int64, float32 or string (repeatable)")
+    _flag(p, "schema", help="JSON file mapping column names to types")
+    _flag(p, "delimiter", default=",", help="CSV field delimiter")
+    _flag(p, "null_values", default=",".join(v for v in _sources.DEFAULT_NULL_VALUES if v), help="comma-separated markers read as missing values; empty cells are always missing")
+    _flag(p, "splits", help="NAME=FRACTION,... (default: everything in 'train')")
+    _flag(p, "split_key", help="column whose value decides the split (default: the record content)")
+    _flag(p, "num_shards", type=int, help="shards per split (default: planned from the input size)")
+    _flag(p, "target_shard_mb", type=float, default=_plan.DEFAULT_TARGET_SHARD_MB, help="target shard size when planning")
+    _flag(p, "compression", default="none", choices=["none", "gzip"])
+    _flag(p, "max_bad_fraction", type=float, default=0.001, help="fail when more rows than this are quarantined")
+    _flag(p, "seed", type=int, default=0, help="seed of the record shuffle")
+    p.add_argument("--shuffle", dest="shuffle", action="store_true", default=True, help="shuffle records across shards (default)")
+    p.add_argument("--no_shuffle", "--no-shuffle", "--noshuffle", dest="shuffle", action="store_false", help="keep source order within each shard")
+    p.add_argument("--overwrite", action="store_true", help="replace a dataset already in --output")
+    return p
+
+
+def _match(pattern: str) -> list:
+    try:
+        results = FileSystems.match([pattern])
+    except Exception as e:
+        raise ConversionError(f"cannot list --input {pattern}: {e}") from e
+    files = sorted((m.path, m.size_in_bytes) for r in results for m in r.metadata_list)
+    if not files:
+        raise ConversionError(f"no files match --input {pattern}")
+    return files
+
+
+def _first_mismatch(paths, read, what: str):
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        values = list(pool.map(read, paths))
+    for path, value in zip(paths, values):
+        if value != values[0]:
+            raise ConversionError(
+                f"input file {path} has {what} {value}, but the first file {paths[0]} has {values[0]}: "
+                "all files of one input must agree"
+            )
+    return values[0]
+
+
+def _prepare_output(output: str, overwrite: bool) -> None:
+    metadata = FileSystems.join(output, contract.METADATA_FILENAME)
+    if FileSystems.exists(metadata) and not overwrite:
+        raise ConversionError(
+            f"{output} already holds a dataset ({contract.METADATA_FILENAME}); pass --overwrite "
+            "to replace it, or choose another --output"
+        )
+    for r in FileSystems.match([FileSystems.join(output, TMP_PREFIX + "*")]):
+        for m in r.metadata_list:
+            delete_tree(m.path)
+    if not FileSystems.exists(metadata):
+        leftovers = existing_dataset_files(output)
+        if leftovers:
+            logger.info("removing %d files left by an earlier, unfinished conversion in %s", len(leftovers), output)
+            FileSystems.delete(leftovers)
+
+
+def _select(names: list, args) -> list:
+    if args.columns:
+        selected = [c.strip() for c in args.columns.split(",") if c.strip()]
+        unknown = [c for c in selected if c not in names]
+        if unknown:
+            raise ConversionError(f"--columns names {unknown}, which the input lacks; its columns: {names}")
+    else:
+        selected = list(names)
+    for flag, col in (("--label", args.label), ("--split_key", args.split_key)):
+        if col is not None and col not in names:
+            raise ConversionError(f"{flag} {col!r} is not a column of the input; its columns: {names}")
+        if col is not None and col not in selected:
+            selected.append(col)
+    return selected
+
+
+def make_config(args, pipeline_options: PipelineOptions | None = None) -> JobConfig:
+    files = _match(args.input)
+    paths = [p for p, _ in files]
+    input_bytes = sum(s for _, s in files)
+    output = args.output.rstrip("/")
+    if not 0 <= args.max_bad_fraction <= 1:
+        raise ConversionError(f"--max_bad_fraction must be in [0, 1], got {args.max_bad_fraction}")
+    if args.num_shards is not None and args.num_shards < 1:
+        raise ConversionError(f"--num_shards must be at least 1, got {args.num_shards}")
+    try:
+        splits = _plan.parse_splits(args.splits)
+    except ValueError as e:
+        raise ConversionError(str(e)) from e
+    given: dict = {}
+    if args.schema:
+        with FileSystems.open(args.schema) as f:
+            given.update(_typing.load_schema_file(f.read().decode("utf-8"), path=args.schema))
+    given.update(_typing.parse_column_flags(args.column))
+
+    csv = _sources.CsvFormat()
+    header: tuple = ()
+    arrow_types: tuple = ()
+    binary: tuple = ()
+    if args.source == "csv":
+        nulls = tuple(dict.fromkeys([""] + [v for v in args.null_values.split(",")]))
+        csv = _sources.CsvFormat(delimiter=args.delimiter, null_values=nulls)
+        names = _first_mismatch(paths, lambda p: _sources.read_csv_header(p, csv), "header")
+        header = tuple(names)
+        unknown = [c for c in given if c not in names]
+        if unknown:
+            raise ConversionError(f"--column/--schema name {unknown}, which the input lacks; its columns: {names}")
+        columns = _select(names, args)
+        origin = "given" if all(c in given for c in columns) else ("mixed" if given else "inferred")
+        fmt = "csv.gz" if all(p.endswith(".gz") for p in paths) else "csv"
+    else:
+        if given:
+            raise ConversionError("--column and --schema apply to CSV; Parquet files carry their own schema")
+        schema = _sources.read_parquet_schema(paths[0])
+        names = list(schema.names)
+        columns = _select(names, args)
+        types = []
+        for c in columns:
+            dtype, shape = _typing.arrow_dtype(c, schema.field(c).type)
+            types.append((c, dtype, shape))
+        arrow_types = tuple(types)
+        _first_mismatch(paths, lambda p: _parquet_types(p, columns), "column types")
+        binary = tuple(c for c in columns if _is_binary(schema.field(c).type))
+        origin = "parquet"
+        fmt = "parquet"
+
+    estimate = _plan.estimate_output_bytes(input_bytes, fmt)
+    if args.num_shards is not None:
+        num_shards = tuple(args.num_shards for _ in splits)
+    else:
+        num_shards = tuple(_plan.plan_num_shards(int(estimate * f), target_shard_mb=args.target_shard_mb) for f in splits.values())
+    _prepare_output(output, args.overwrite)
+    return JobConfig(
+        source_format=args.source,
+        input_pattern=args.input,
+        files=tuple(paths),
+        output=output,
+        tmp_dir=FileSystems.join(output, TMP_PREFIX + uuid.uuid4().hex[:12]),
+        columns=tuple(columns),
+        header=header,
+        csv=csv,
+        given_types=tuple(sorted(given.items())),
+        arrow_types=arrow_types,
+        label=args.label,
+        splits=tuple(splits.items()),
+        split_key=args.split_key,
+        num_shards=num_shards,
+        shuffle=args.shuffle,
+        seed=args.seed,
+        compression=args.compression,
+        max_bad_fraction=args.max_bad_fraction,
+        overwrite=args.overwrite,
+        binary_columns=binary,
+        input_bytes=input_bytes,
+        schema_origin=origin,
+    )
+
+
+def _parquet_types(path: str, columns: list) -> list:
+    schema = _sources.read_parquet_schema(path)
+    return [(c, _typing.arrow_dtype(c, schema.field(c).type) if c in schema.names else "missing") for c in columns]
+
+
+def _is_binary(t) -> bool:
+    import pyarrow as pa
+
+    while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) or pa.types.is_dictionary(t):
+        t = t.value_type
+    return pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
+
+
+def build_pipeline(cfg: JobConfig, options: PipelineOptions) -> beam.Pipeline:
+    p = beam.Pipeline(options=options)
+    _ = (
+        p
+        | "ListFiles" >> beam.Create(list(enumerate(cfg.files)))
+        # (file index, path)
+        | "Convert" >> ConvertToTFRecords(cfg)
+    )
+    return p
+
+
+def run(argv=None) -> contract.DatasetInfo | None:
+    """Runs a conversion; returns the written metadata, or None if the runner did not run it here."""
+    args, beam_args = build_parser().parse_known_args(argv)
+    options = PipelineOptions(beam_args)
+    cfg = make_config(args, options)
+    logger.info(
+        "converting %d %s file(s) (%.1f MB) into %s: columns %s, splits %s, shards %s",
+        len(cfg.files), cfg.source_format, cfg.input_bytes / 2**20, cfg.output,
+        list(cfg.columns), dict(cfg.splits), list(cfg.num_shards),
+    )
+    start = time.perf_counter()
+    result = build_pipeline(cfg, options).run()
+    result.wait_until_finish()
+    elapsed = time.perf_counter() - start
+    metadata = FileSystems.join(cfg.output, contract.METADATA_FILENAME)
+    if not FileSystems.exists(metadata):
+        return None  # e.g. Dataflow with --dry_run: nothing was executed
+    with FileSystems.open(metadata) as f:
+        info = contract.DatasetInfo.from_json(f.read().decode("utf-8"))
+    print(summary_table(info, elapsed))
+    return info
+
+
+def summary_table(info: contract.DatasetInfo, elapsed: float) -> str:
+    rows = info.source.get("rows", 0)
+    lines = ["| split | records | shards | MB |", "|---|---:|---:|---:|"]
+    for s in info.splits:
+        lines.append(f"| {s.name} | {s.records} | {len(s.shards)} | {s.bytes / 2**20:.1f} |")
+    lines.append("")
+    lines.append(
+        f"{rows} rows read, {info.quarantine.get('records', 0)} quarantined"
+        f" ({', '.join(f'{k}: {v}' for k, v in info.quarantine.get('reasons', {}).items()) or 'none'}),"
+        f" {elapsed:.1f} s, {rows / max(elapsed, 1e-9):,.0f} rows/s"
+    )
+    return "\n".join(lines)
+
+
+def _configure_logging():
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("beam_jobs").setLevel(logging.INFO)
+
+
+def main(argv=None) -> int:
+    _configure_logging()
+    try:
+        run(argv)
+    except (ConversionError, ValueError, IOError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except RuntimeError as e:
+        # Runners wrap worker errors; show the innermost message, not the runner's traceback.
+        print(f"error: {_innermost_message(e)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _innermost_message(e: BaseException) -> str:
+    text = str(e)
+    for marker in ("ConversionError: ", "ValueError: ", "OSError: "):
+        if marker in text:
+            return text.rsplit(marker, 1)[1].split("\n")[0].split(" [while running")[0]
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Benchmarks for ingest: conversion speed, pipeline throughput, accelerator idle time."""

@@ -1,0 +1,62 @@
+"""Generated corpora with the benchmark schema: 10 float, 5 int, 5 short strings, 1 int label."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+__all__ = ["tabular_table", "write_csv", "write_parquet", "FLOAT_COLS", "INT_COLS", "STR_COLS", "LABEL"]
+
+FLOAT_COLS = [f"f{i}" for i in range(10)]
+INT_COLS = [f"i{i}" for i in range(5)]
+STR_COLS = [f"s{i}" for i in range(5)]
+LABEL = "label"
+_WORDS = np.array(["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu"])
+
+
+def tabular_table(rows: int, *, seed: int = 0) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    cols = {}
+    for name in FLOAT_COLS:
+        cols[name] = np.round(rng.normal(size=rows), 5).astype(np.float32)
+    for name in INT_COLS:
+        cols[name] = rng.integers(-1000, 100000, size=rows)
+    for name in STR_COLS:
+        cols[name] = _WORDS[rng.integers(0, len(_WORDS), size=rows)]
+    cols[LABEL] = rng.integers(0, 10, size=rows)
+    return pa.table(cols)
+
+
+def _batches(rows: int, seed: int, batch_rows: int = 100_000):
+    for i, start in enumerate(range(0, rows, batch_rows)):
+        yield tabular_table(min(batch_rows, rows - start), seed=seed * 100_003 + i)
+
+
+def write_csv(path: str, rows: int, *, seed: int = 0) -> str:
+    """Writes `rows` rows in bounded memory; returns the path."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    writer = None
+    with open(path, "wb") as f:
+        for table in _batches(rows, seed):
+            if writer is None:
+                writer = pacsv.CSVWriter(f, table.schema, write_options=pacsv.WriteOptions(quoting_style="needed"))
+            writer.write_table(table)
+        if writer is not None:
+            writer.close()
+    return path
+
+
+def write_parquet(path: str, rows: int, *, seed: int = 0) -> str:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    writer = None
+    for table in _batches(rows, seed):
+        if writer is None:
+            writer = pq.ParquetWriter(path, table.schema)
+        writer.write_table(table)
+    if writer is not None:
+        writer.close()
+    return path
