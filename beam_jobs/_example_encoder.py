@@ -166,8 +166,10 @@ class _Column:
             return
         # Per value: its offset inside its row's payload.
         row_of_value = np.repeat(np.arange(len(k)), k)
-        cs = np.cumsum(self.value_sizes) - self.value_sizes
-        value_pos = p[row_of_value] + (cs - cs[self.value_row_start][row_of_value])
+        if row_of_value.size == 0:
+            return
+        cs = np.concatenate([[0], np.cumsum(self.value_sizes)])
+        value_pos = p[row_of_value] + cs[:-1] - cs[self.value_row_start[row_of_value]]
         if self.dtype == "int64":
             _put_varint(buf, value_pos, self.values.view(np.uint64))
             return

@@ -19,7 +19,7 @@ from ingest import contract
 logger = logging.getLogger(__name__)
 
 
-TMP_PREFIX = ".ingest-tmp-"
+TMP_PREFIX = contract.TEMP_PREFIX
 
 
 class ConversionError(RuntimeError):
@@ -42,7 +42,7 @@ def build_features(cfg: JobConfig, stats: dict, type_counts) -> tuple:
                 shape=shape,
                 missing=int(stats["missing"].get(name, 0)),
                 role="label" if name == cfg.label else None,
-                text=dtype == "bytes" and name not in dict(cfg.binary_columns),
+                text=dtype == "bytes" and name not in cfg.binary_columns,
                 min_length=stats["min_len"].get(name),
                 max_length=stats["max_len"].get(name),
             )
@@ -111,6 +111,8 @@ def finalize_dataset(_, cfg: JobConfig, shards: list, stats: dict, quarantine: l
         sources.append(q["path"])
         destinations.append(_join(cfg.output, rel))
         quarantine_files.append({"path": rel, "records": q["records"]})
+    if quarantine_files:
+        _mkdirs(_join(cfg.output, contract.QUARANTINE_DIRNAME))
     if sources:
         FileSystems.rename(sources, destinations)
 
@@ -144,6 +146,13 @@ def finalize_dataset(_, cfg: JobConfig, shards: list, stats: dict, quarantine: l
     delete_tree(cfg.tmp_dir)
     logger.info("wrote %s", metadata_path)
     return text
+
+
+def _mkdirs(path: str) -> None:
+    try:
+        FileSystems.mkdirs(path)
+    except IOError:  # already there; object stores need none
+        pass
 
 
 def delete_tree(path: str) -> None:

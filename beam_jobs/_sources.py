@@ -53,11 +53,27 @@ class Chunk:
     bad: list  # BadRow found while reading this chunk
 
 
+class _CsvInput:
+    """Opens a CSV through Beam's filesystems; gzip is decoded by Arrow, in C++."""
+
+    def __init__(self, path: str):
+        self._path = path
+
+    def __enter__(self):
+        try:
+            self._raw = FileSystems.open(self._path, compression_type=CompressionTypes.UNCOMPRESSED)
+        except Exception as e:  # Beam raises several types; keep the path in the message.
+            raise IOError(f"cannot open input file {self._path}: {e}") from e
+        if self._path.endswith(".gz"):
+            return pa.CompressedInputStream(pa.PythonFile(self._raw, mode="r"), "gzip")
+        return self._raw
+
+    def __exit__(self, *exc):
+        self._raw.close()
+
+
 def _open(path: str):
-    try:
-        return FileSystems.open(path, compression_type=CompressionTypes.AUTO)
-    except Exception as e:  # Beam raises several types; keep the path in the message.
-        raise IOError(f"cannot open input file {path}: {e}") from e
+    return _CsvInput(path)
 
 
 def _csv_reader(f, fmt: CsvFormat, path: str, handler=None, column_types=None):

@@ -191,6 +191,8 @@ def canonical_arrow_column(arr: pa.Array, name: str) -> tuple:
         out = pa.FixedSizeListArray.from_arrays(values, arr.type.list_size, mask=pc.is_null(arr))
         return dtype, shape, out
     arr = arr.cast(pa.large_list(arr.type.value_type))
+    if arr.offset:  # rebuilding from sliced offsets with a null mask is not supported
+        arr = arr.take(pa.array(np.arange(len(arr))))
     values = _scalar_to_canonical(arr.values, dtype)
     out = pa.LargeListArray.from_arrays(arr.offsets, values, mask=pc.is_null(arr))
     return dtype, shape, out

@@ -96,9 +96,15 @@ def _prepare_output(output: str, overwrite: bool) -> None:
             f"{output} already holds a dataset ({contract.METADATA_FILENAME}); pass --overwrite "
             "to replace it, or choose another --output"
         )
-    for r in FileSystems.match([FileSystems.join(output, TMP_PREFIX + "*")]):
-        for m in r.metadata_list:
-            delete_tree(m.path)
+    # Filesystems match files, not directories: find earlier jobs' temp dirs by their files.
+    prefix = FileSystems.join(output, "")
+    stale_dirs = {
+        prefix + m.path[len(prefix):].split("/", 1)[0]
+        for r in FileSystems.match([FileSystems.join(output, TMP_PREFIX + "*/**")])
+        for m in r.metadata_list
+    }
+    for d in sorted(stale_dirs):
+        delete_tree(d)
     if not FileSystems.exists(metadata):
         leftovers = existing_dataset_files(output)
         if leftovers:

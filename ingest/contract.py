@@ -17,6 +17,7 @@ __all__ = [
     "FORMAT_VERSION",
     "METADATA_FILENAME",
     "QUARANTINE_DIRNAME",
+    "TEMP_PREFIX",
     "DTYPES",
     "FeatureSpec",
     "ShardInfo",
@@ -28,6 +29,8 @@ __all__ = [
 FORMAT_VERSION = 1
 METADATA_FILENAME = "dataset_info.json"
 QUARANTINE_DIRNAME = "quarantine"
+# Work in progress lives under DIR/_ingest_tmp-<job>/ (no leading dot: glob skips those).
+TEMP_PREFIX = "_ingest_tmp-"
 DTYPES = ("int64", "float32", "bytes")
 COMPRESSIONS = ("none", "gzip")
 _SPLIT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")

@@ -1,0 +1,35 @@
+# One command each for a new machine: `make run` (the main job) and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: run test test-fast bench bench-quick clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed-run: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $@ $(VENV)/.installed-run
+
+run: $(VENV)/.installed-run
+	$(BIN)/python -m benchmarks.main_job --out out/main
+
+test: $(VENV)/.installed-test
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+bench: $(VENV)/.installed-test
+	$(BIN)/python -m benchmarks.conversion
+	$(BIN)/python -m benchmarks.runtime
+
+clean:
+	rm -rf out bench-out .pytest_cache

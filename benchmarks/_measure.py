@@ -1,0 +1,57 @@
+"""Small measurement helpers shared by the benchmark scripts."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+
+def drain(ds, count_of=lambda batch: int(batch[1].shape[0])) -> tuple:
+    """Iterates a dataset once; returns (examples, seconds)."""
+    start = time.perf_counter()
+    n = 0
+    for batch in ds:
+        n += count_of(batch)
+    return n, time.perf_counter() - start
+
+
+def median_rate(make, *, runs: int, warmup: int = 1) -> dict:
+    """Examples/s of `make()` datasets: warm-up runs are reported apart from the median."""
+    warm = [drain(make()) for _ in range(warmup)]
+    measured = [drain(make()) for _ in range(runs)]
+    rates = [n / s for n, s in measured]
+    return {
+        "examples": measured[0][0],
+        "examples_per_sec": statistics.median(rates),
+        "runs": rates,
+        "warmup_examples_per_sec": [n / s for n, s in warm],
+    }
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_child(module: str, *args) -> dict:
+    """Runs `python -m module args` and returns the JSON it prints last (own process: own peak RSS)."""
+    out = subprocess.run([sys.executable, "-m", module, *map(str, args)], check=True, capture_output=True, text=True,
+                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def table(rows: list, columns: list) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    for r in rows:
+        lines.append("| " + " | ".join(_fmt(r.get(c, "")) for c in columns) + " |")
+    return "\n".join(lines)
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:,.2f}" if abs(v) < 100 else f"{v:,.0f}"
+    return str(v)

@@ -1,0 +1,353 @@
+"""`make_dataset`: a tuned tf.data graph over a converted dataset.
+
+    shard list (shuffled per epoch) -> [file-level sharding by input pipeline]
+      -> parallel interleave of TFRecordDataset (large read buffer, AUTOTUNE)
+      -> [record-level sharding, when files < input pipelines] -> assert_cardinality
+      -> [cache: serialized records, before any random work]
+      -> shuffle -> repeat -> batch -> parse_example on whole batches
+      -> [preprocess, parallel] -> prefetch(AUTOTUNE)
+
+Parsing whole batches is several times cheaper than per-record parsing, which is why
+batching comes before parsing; caching serialized records keeps the cache the size of
+the data on disk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+import uuid
+
+import tensorflow as tf
+
+from ingest import _plan, contract
+from ingest._info import load_info
+from ingest._options import PipelineOptions
+
+__all__ = ["make_dataset", "skipped_corrupt_records"]
+
+logger = logging.getLogger(__name__)
+
+_TF_DTYPES = {"int64": tf.int64, "float32": tf.float32, "bytes": tf.string}
+_CACHE_MODES = (None, "memory", "auto")
+_skipped_lock = threading.Lock()
+_skipped: dict = {}
+
+
+def skipped_corrupt_records() -> dict:
+    """Records lost to corruption in this process, per shard path (with `skip_corrupt=True`)."""
+    with _skipped_lock:
+        return dict(_skipped)
+
+
+def _note_skipped(filename, expected, read):  # runs inside tf.data, through py_function
+    name = filename.numpy().decode("utf-8", "replace")
+    count = int(expected.numpy()) - int(read.numpy())
+    with _skipped_lock:
+        _skipped[name] = _skipped.get(name, 0) + count
+    logger.warning("skipped %d corrupt or truncated record(s) in %s", count, name)
+    return count
+
+
+@dataclasses.dataclass(frozen=True)
+class _Request:
+    """Validated arguments of one make_dataset call."""
+
+    info: contract.DatasetInfo
+    path: str
+    split: contract.SplitInfo
+    features: tuple
+    label: str | None
+    batch_size: int
+    num_epochs: int | None
+    cache: str | None
+    deterministic: bool
+    seed: int | None
+    static_shapes: bool
+    pad_lengths: dict
+
+
+def _validate(path, *, batch_size, split, features, label, num_epochs, cache, preprocess,
+              drop_remainder, deterministic, seed, static_shapes, pad_lengths, options) -> _Request:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if num_epochs is not None and (isinstance(num_epochs, bool) or not isinstance(num_epochs, int) or num_epochs < 1):
+        raise ValueError(f"num_epochs must be a positive integer or None (repeat forever), got {num_epochs!r}")
+    if preprocess is not None and not callable(preprocess):
+        raise ValueError(f"preprocess must be a callable or None, got {preprocess!r}")
+    if deterministic not in (None, True, False):
+        raise ValueError(f"deterministic must be True, False or None, got {deterministic!r}")
+    if options is not None and not isinstance(options, PipelineOptions):
+        raise ValueError(f"options must be an ingest.PipelineOptions, got {type(options).__name__}")
+    if static_shapes and not drop_remainder:
+        raise ValueError("static_shapes=True needs drop_remainder=True, so that the batch dimension is fixed")
+    info = load_info(path)
+    try:
+        split_info = info.split(split)
+    except KeyError as e:
+        raise ValueError(e.args[0]) from None
+    names = [f.name for f in info.features]
+    if label is None:
+        label = info.label
+    elif label is False:
+        label = None
+    elif label not in names:
+        raise ValueError(f"label {label!r} is not a feature of {path}; features: {names}")
+    if features is None:
+        selected = list(names)
+    else:
+        selected = list(features)
+        unknown = [f for f in selected if f not in names]
+        if unknown:
+            raise ValueError(f"features {unknown} do not exist in {path}; features: {names}")
+        if label is not None and label not in selected:
+            selected.append(label)
+    pad_lengths = dict(pad_lengths or {})
+    for name in pad_lengths:
+        if name not in names:
+            raise ValueError(f"pad_lengths names {name!r}, which is not a feature; features: {names}")
+    if static_shapes:
+        for f in info.features:
+            if f.name in selected and f.is_variable_length and f.name not in pad_lengths and f.max_length is None:
+                raise ValueError(
+                    f"feature {f.name!r} has variable length and no recorded maximum: give "
+                    f"pad_lengths={{{f.name!r}: N}} to use static_shapes=True"
+                )
+    if cache not in _CACHE_MODES:
+        if not isinstance(cache, (str, os.PathLike)):
+            raise ValueError(f"cache must be None, 'memory', 'auto' or a file path, got {cache!r}")
+        cache = os.fspath(cache)
+        _check_writable(cache)
+    if deterministic is None:
+        # Out-of-order delivery is faster; a seed asks for reproducibility.
+        deterministic = seed is not None
+    return _Request(
+        info=info, path=str(path).rstrip("/"), split=split_info, features=tuple(selected),
+        label=label, batch_size=batch_size, num_epochs=num_epochs, cache=cache,
+        deterministic=deterministic, seed=seed, static_shapes=bool(static_shapes),
+        pad_lengths=pad_lengths,
+    )
+
+
+def _check_writable(cache_path: str) -> None:
+    parent = os.path.dirname(cache_path) or "."
+    probe = os.path.join(parent, f".ingest-cache-probe-{uuid.uuid4().hex}")
+    try:
+        if not tf.io.gfile.isdir(parent):
+            raise ValueError(f"cache directory {parent} does not exist; create it or pass another cache path")
+        with tf.io.gfile.GFile(probe, "w") as f:
+            f.write("")
+        tf.io.gfile.remove(probe)
+    except tf.errors.OpError as e:
+        raise ValueError(f"cache path {cache_path} is not writable: {e.message}") from e
+
+
+def _parse_spec(f: contract.FeatureSpec):
+    dtype = _TF_DTYPES[f.dtype]
+    default = f.default.encode() if f.dtype == "bytes" and isinstance(f.default, str) else f.default
+    if f.is_scalar:
+        return tf.io.FixedLenFeature([], dtype, default_value=default if f.missing else None)
+    if not f.is_variable_length:
+        (k,) = f.shape
+        return tf.io.FixedLenFeature([k], dtype, default_value=[default] * k if f.missing else None)
+    return tf.io.RaggedFeature(dtype, row_splits_dtype=tf.int64)
+
+
+def _make_parser(req: _Request):
+    specs = {}
+    pad = {}
+    for f in req.info.features:
+        if f.name not in req.features:
+            continue
+        specs[f.name] = _parse_spec(f)
+        if f.is_variable_length and (f.name in req.pad_lengths or req.static_shapes):
+            length = req.pad_lengths.get(f.name, f.max_length)
+            pad[f.name] = (int(length), f.default.encode() if f.dtype == "bytes" else f.default)
+    batch_dim = req.batch_size if req.static_shapes else None
+    label = req.label
+
+    def parse(serialized):
+        parsed = tf.io.parse_example(serialized, specs)
+        for name, (length, default) in pad.items():
+            # Pads short rows and truncates long ones to a fixed length.
+            parsed[name] = parsed[name].to_tensor(default_value=default, shape=[batch_dim, length])
+        if label is None:
+            return parsed
+        y = parsed.pop(label)
+        return parsed, y
+
+    return parse
+
+
+def _tf_options(req: _Request, opts: PipelineOptions, *, sharded: bool) -> tf.data.Options:
+    o = tf.data.Options()
+    # Determinism is set on each op (interleave, maps); a global Options.deterministic
+    # measured slower here (TF 2.21).
+    o.autotune.enabled = True
+    if opts.ram_budget_bytes is not None:
+        o.autotune.ram_budget = opts.ram_budget_bytes
+    if opts.cpu_budget is not None:
+        o.autotune.cpu_budget = opts.cpu_budget
+    o.experimental_optimization.map_parallelization = True
+    o.experimental_optimization.parallel_batch = True
+    if opts.private_threadpool_size is not None:
+        o.threading.private_threadpool_size = opts.private_threadpool_size
+    if opts.max_intra_op_parallelism is not None:
+        o.threading.max_intra_op_parallelism = opts.max_intra_op_parallelism
+    o.experimental_symbolic_checkpoint = opts.symbolic_checkpoint
+    # The shard check's py_function touches no state a checkpoint would need.
+    o.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
+    if sharded:
+        # Files are already split between input pipelines; tf.distribute must not re-shard.
+        o.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return o
+
+
+_COUNT_BLOCK = 64  # records per block while counting a shard; amortizes the per-block checks
+
+
+def _shard_error(filename, expected, read):
+    name = filename.numpy().decode("utf-8", "replace")
+    raise tf.errors.DataLossError(
+        None, None,
+        f"shard {name} is corrupt, truncated or unreadable: read {int(read.numpy())} of {int(expected.numpy())} "
+        "records (the underlying error is logged above). Reconvert the dataset, or pass skip_corrupt=True "
+        "to skip the rest of a bad shard.",
+    )
+
+
+def _reader(req: _Request, opts: PipelineOptions, skip_corrupt: bool):
+    """Reads one shard; checks it yields the records the metadata promises.
+
+    TFRecordDataset stops a file at its first corrupt or truncated record with an error
+    that does not name the file. Here errors end the file quietly, and the count at the
+    end of the file decides: a shortfall raises an error naming the shard, or, with
+    `skip_corrupt`, is logged and counted.
+    """
+    compression = "GZIP" if req.info.compression == "gzip" else ""
+    buffer = _plan.read_buffer_bytes(remote=_plan.is_remote(req.path), requested=opts.read_buffer_bytes)
+    on_short = _note_skipped if skip_corrupt else _shard_error
+
+    def read(filename, expected):
+        records = tf.data.TFRecordDataset(filename, compression_type=compression, buffer_size=buffer)
+        blocks = records.ignore_errors(log_warning=True).batch(_COUNT_BLOCK)
+        end = tf.data.Dataset.from_tensors(tf.zeros([0], tf.string))  # an empty block marks the end
+
+        def running_count(total, block):
+            size = tf.shape(block, out_type=tf.int64)[0]
+            return total + size, (total + size, size, block)
+
+        def check(total, size, block):
+            short = tf.logical_and(tf.equal(size, 0), total < expected)
+            done = tf.cond(
+                short,
+                lambda: tf.py_function(on_short, [filename, expected, total], tf.int64),
+                lambda: tf.constant(0, tf.int64),
+            )
+            with tf.control_dependencies([done]):
+                return tf.identity(block)
+
+        counted = blocks.concatenate(end).scan(tf.constant(0, tf.int64), running_count).map(check)
+        return counted.unbatch()
+
+    return read
+
+
+def make_dataset(
+    path,
+    *,
+    batch_size: int,
+    split: str = "train",
+    features=None,
+    label=None,
+    shuffle: bool = True,
+    seed: int | None = None,
+    num_epochs: int | None = 1,
+    cache=None,
+    preprocess=None,
+    drop_remainder: bool = False,
+    deterministic: bool | None = None,
+    options: PipelineOptions | None = None,
+    input_context: tf.distribute.InputContext | None = None,
+    skip_corrupt: bool = False,
+    static_shapes: bool = False,
+    pad_lengths: dict | None = None,
+) -> tf.data.Dataset:
+    """Builds a tuned `tf.data.Dataset` of batches from a converted dataset.
+
+    Yields dicts of feature tensors, or `(features, label)` when the dataset records a
+    label or `label` names one (`label=False` keeps the label inside the dict).
+    Variable-length features come as `tf.RaggedTensor`, or padded/truncated dense
+    tensors for those in `pad_lengths` (and all of them with `static_shapes=True`).
+    `deterministic=None` means deterministic exactly when a `seed` is given.
+    `cache`: None, "memory", "auto" (memory when the split fits the budget) or a
+    local file path; the cache holds serialized records, taken before any shuffle.
+    """
+    opts = options or PipelineOptions()
+    req = _validate(
+        path, batch_size=batch_size, split=split, features=features, label=label,
+        num_epochs=num_epochs, cache=cache, preprocess=preprocess, drop_remainder=drop_remainder,
+        deterministic=deterministic, seed=seed, static_shapes=static_shapes,
+        pad_lengths=pad_lengths, options=opts,
+    )
+    autotune = tf.data.AUTOTUNE
+    parallel = opts.num_parallel_calls or autotune
+    files = [f"{req.path}/{s.filename}" for s in req.split.shards]
+    counts = [s.records for s in req.split.shards]
+    num_pipelines = input_context.num_input_pipelines if input_context else 1
+    pipeline_id = input_context.input_pipeline_id if input_context else 0
+    plan = _plan.shard_files(files, counts, num_pipelines=num_pipelines, pipeline_id=pipeline_id)
+    if plan.record_shard is not None:
+        logger.warning(
+            "%s has %d shard file(s) for %d input pipelines: sharding by record instead of by file "
+            "(every pipeline reads every file). Reconvert with --num_shards >= %d for file-level sharding.",
+            req.path, len(files), num_pipelines, num_pipelines,
+        )
+    my_counts = [counts[files.index(f)] for f in plan.files]
+    ds = tf.data.Dataset.from_tensor_slices((list(plan.files), tf.constant(my_counts, tf.int64)))
+    if shuffle and plan.record_shard is None and len(plan.files) > 1:
+        ds = ds.shuffle(len(plan.files), seed=seed, reshuffle_each_iteration=True)
+    cycle = _plan.cycle_length(len(plan.files), remote=_plan.is_remote(req.path), cpu_count=os.cpu_count() or 1, requested=opts.cycle_length)
+    ds = ds.interleave(
+        _reader(req, opts, skip_corrupt),
+        cycle_length=cycle,
+        num_parallel_calls=parallel,
+        # Record-level sharding needs the same record order in every pipeline.
+        deterministic=True if plan.record_shard is not None else req.deterministic,
+    )
+    if plan.record_shard is not None:
+        ds = ds.shard(*plan.record_shard)
+    if not skip_corrupt and plan.records is not None:
+        ds = ds.apply(tf.data.experimental.assert_cardinality(plan.records))
+    split_bytes = sum(s.bytes for s in req.split.shards) * (plan.records or 0) / max(sum(counts), 1)
+    if req.cache == "auto":
+        budget = opts.cache_budget_bytes or _physical_memory() // 4
+        if _plan.should_cache_in_memory(int(split_bytes), budget):
+            ds = ds.cache()
+        else:
+            logger.info("cache='auto': %.0f MB does not fit the %.0f MB budget; not caching", split_bytes / 2**20, budget / 2**20)
+    elif req.cache == "memory":
+        ds = ds.cache()
+    elif req.cache is not None:
+        ds = ds.cache(req.cache)
+    if shuffle:
+        avg = split_bytes / max(plan.records or 1, 1)
+        buffer = _plan.shuffle_buffer(plan.records or 0, avg, batch_size=batch_size, requested=opts.shuffle_buffer)
+        ds = ds.shuffle(max(buffer, 1), seed=seed, reshuffle_each_iteration=True)
+    if req.num_epochs != 1:
+        ds = ds.repeat(req.num_epochs)
+    ds = ds.batch(batch_size, drop_remainder=drop_remainder)
+    ds = ds.map(_make_parser(req), num_parallel_calls=parallel, deterministic=req.deterministic)
+    if preprocess is not None:
+        ds = ds.map(preprocess, num_parallel_calls=parallel, deterministic=req.deterministic)
+    ds = ds.prefetch(opts.prefetch if opts.prefetch is not None else autotune)
+    return ds.with_options(_tf_options(req, opts, sharded=num_pipelines > 1))
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30

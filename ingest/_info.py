@@ -1,0 +1,38 @@
+"""Reading a dataset's metadata through TensorFlow's filesystems (local, gs://)."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from ingest import contract
+
+__all__ = ["load_info", "DatasetNotFoundError"]
+
+_HOW_TO_CREATE = "create one with: python -m beam_jobs.convert --source csv --input 'data/*.csv' --output DIR"
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    pass
+
+
+def load_info(path: str) -> contract.DatasetInfo:
+    """Returns the metadata of the converted dataset at `path`."""
+    path = str(path).rstrip("/")
+    meta = f"{path}/{contract.METADATA_FILENAME}"
+    try:
+        if tf.io.gfile.exists(meta):
+            with tf.io.gfile.GFile(meta, "r") as f:
+                return contract.DatasetInfo.from_json(f.read())
+        exists = tf.io.gfile.isdir(path)
+        children = tf.io.gfile.listdir(path) if exists else []
+    except tf.errors.OpError as e:
+        raise DatasetNotFoundError(f"cannot read dataset at {path}: {e.message}") from e
+    if not exists:
+        raise DatasetNotFoundError(f"no dataset at {path}: the directory does not exist; {_HOW_TO_CREATE}")
+    leftovers = [c for c in children if ".tfrecord" in c or c.startswith(contract.TEMP_PREFIX)]
+    if leftovers:
+        raise DatasetNotFoundError(
+            f"{path} holds an incomplete dataset: it has {len(leftovers)} shard or temporary file(s) but no "
+            f"{contract.METADATA_FILENAME}, so its conversion did not finish. Rerun the conversion into it."
+        )
+    raise DatasetNotFoundError(f"{path} is not a converted dataset (no {contract.METADATA_FILENAME}); {_HOW_TO_CREATE}")

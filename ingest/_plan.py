@@ -1,0 +1,77 @@
+"""Pure sizing decisions for the input pipeline: no TensorFlow, no I/O."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+__all__ = [
+    "is_remote",
+    "cycle_length",
+    "read_buffer_bytes",
+    "shuffle_buffer",
+    "should_cache_in_memory",
+    "FileShards",
+    "shard_files",
+]
+
+_REMOTE_PREFIXES = ("gs://", "s3://", "hdfs://", "http://", "https://")
+# Conversion already shuffles records across shards, so the runtime buffer only needs to
+# vary the order between epochs; a larger one stalls each epoch's start while it fills.
+SHUFFLE_TARGET_BYTES = 16 << 20
+LOCAL_READ_BUFFER = 1 << 20
+REMOTE_READ_BUFFER = 8 << 20
+REMOTE_CYCLE = 16
+
+
+def is_remote(path: str) -> bool:
+    return path.startswith(_REMOTE_PREFIXES)
+
+
+def cycle_length(num_files: int, *, remote: bool, cpu_count: int, requested: int | None = None) -> int:
+    if requested is not None:
+        return max(1, min(requested, num_files))
+    width = REMOTE_CYCLE if remote else 2 * max(1, cpu_count)
+    return max(1, min(num_files, width))
+
+
+def read_buffer_bytes(*, remote: bool, requested: int | None = None) -> int:
+    if requested is not None:
+        return requested
+    return REMOTE_READ_BUFFER if remote else LOCAL_READ_BUFFER
+
+
+def shuffle_buffer(records: int, avg_record_bytes: float, *, batch_size: int, requested: int | None = None) -> int:
+    if requested is not None:
+        return requested
+    by_memory = int(SHUFFLE_TARGET_BYTES / max(avg_record_bytes, 1.0))
+    return max(1, min(records, max(by_memory, 4 * batch_size)))
+
+
+def should_cache_in_memory(split_bytes: int, budget_bytes: int) -> bool:
+    # Cached tensors cost more than their serialized bytes; keep a 2x margin.
+    return 2 * split_bytes <= budget_bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class FileShards:
+    """The files one input pipeline reads, and how it shards records if it must."""
+
+    files: tuple
+    records: int | None  # records this pipeline will see, when known
+    record_shard: tuple | None = None  # (num_shards, index) for record-level sharding
+
+
+def shard_files(files, records, *, num_pipelines: int, pipeline_id: int) -> FileShards:
+    """File-level sharding across input pipelines, record-level when files are too few."""
+    files, records = tuple(files), tuple(records)
+    if num_pipelines <= 1:
+        return FileShards(files, sum(records))
+    if not 0 <= pipeline_id < num_pipelines:
+        raise ValueError(f"input pipeline id {pipeline_id} is out of range for {num_pipelines} pipelines")
+    if len(files) >= num_pipelines:
+        mine = range(pipeline_id, len(files), num_pipelines)
+        return FileShards(tuple(files[i] for i in mine), sum(records[i] for i in mine))
+    total = sum(records)
+    count = math.ceil((total - pipeline_id) / num_pipelines) if total > pipeline_id else 0
+    return FileShards(files, count, (num_pipelines, pipeline_id))

@@ -1,0 +1,272 @@
+"""CSV -> TFRecord conversion with real Beam pipelines and real files."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import math
+import os
+
+import pytest
+
+from beam_jobs.convert import ConversionError
+from ingest import contract
+from tests.conftest import quarantine_lines, read_examples, run_convert, write_text
+
+CSV = (
+    "id,age,score,name,city\n"
+    "1,34,1.5,ann,paris\n"
+    "2,,2.0,bob,NA\n"
+    "3,29,3,\"smith, carl\",null\n"
+    "4,41,NA,dora,\"new\nyork\"\n"
+    "5,38,-0.25,,\"x\"\n"
+)
+
+
+def _by_id(rows):
+    return {r["id"][0]: r for r in rows}
+
+
+def test_csv_round_trip_infers_types_and_keeps_missing_values_missing(tmp):
+    src = write_text(tmp / "in" / "a.csv", CSV)
+    info = run_convert("--source", "csv", "--input", src, "--output", tmp / "out")
+    types = {f.name: f.dtype for f in info.features}
+    # age has an empty cell but is int; score mixes ints and floats, so it widens to float.
+    assert types == {"id": "int64", "age": "int64", "score": "float32", "name": "bytes", "city": "bytes"}
+    rows = _by_id(read_examples(tmp / "out"))
+    assert set(rows) == {1, 2, 3, 4, 5}
+    assert rows[1] == {"id": [1], "age": [34], "score": [1.5], "name": [b"ann"], "city": [b"paris"]}
+    assert "age" not in rows[2] and "city" not in rows[2]  # empty cell and NA: missing, not 0 or "NA"
+    assert rows[3]["name"] == [b"smith, carl"] and "city" not in rows[3]
+    assert rows[4]["city"] == [b"new\nyork"] and "score" not in rows[4]
+    assert "name" not in rows[5] and rows[5]["score"] == [-0.25]
+    missing = {f.name: f.missing for f in info.features}
+    assert missing == {"id": 0, "age": 1, "score": 1, "name": 1, "city": 2}
+
+
+def test_crlf_bom_and_gzip_inputs_read_like_plain_csv(tmp):
+    plain = write_text(tmp / "plain" / "a.csv", CSV)
+    run_convert("--source", "csv", "--input", plain, "--output", tmp / "o1")
+    quirky = tmp / "quirky"
+    os.makedirs(quirky)
+    data = ("\ufeff" + CSV.replace("\n", "\r\n").replace("new\r\nyork", "new\nyork")).encode("utf-8")
+    with gzip.open(quirky / "a.csv.gz", "wb") as f:
+        f.write(data)
+    info = run_convert("--source", "csv", "--input", quirky / "a.csv.gz", "--output", tmp / "o2")
+    assert [f.name for f in info.features] == ["id", "age", "score", "name", "city"]
+    assert _by_id(read_examples(tmp / "o1")) == _by_id(read_examples(tmp / "o2"))
+
+
+def test_delimiter_and_custom_null_markers(tmp):
+    src = write_text(tmp / "in" / "a.tsv", "k;v\n1;-\n2;7\n")
+    run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--delimiter", ";", "--null_values", "-")
+    rows = {r["k"][0]: r for r in read_examples(tmp / "out")}
+    assert "v" not in rows[1] and rows[2]["v"] == [7]
+
+
+def test_given_schema_and_column_flags_override_inference(tmp):
+    src = write_text(tmp / "in" / "a.csv", "zip,n,x\n00123,1,2\n04567,2,3\n")
+    schema = write_text(tmp / "schema.json", json.dumps({"columns": {"zip": "string"}}))
+    info = run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--schema", schema, "--column", "n:float32")
+    assert {f.name: f.dtype for f in info.features} == {"zip": "bytes", "n": "float32", "x": "int64"}
+    assert info.source["schema"] == "mixed"
+    rows = read_examples(tmp / "out")
+    assert sorted(r["zip"][0] for r in rows) == [b"00123", b"04567"]  # leading zeros kept
+
+
+def test_unknown_type_in_column_flag_is_a_clear_error(tmp):
+    src = write_text(tmp / "in" / "a.csv", "a\n1\n")
+    with pytest.raises(ValueError, match=r"column 'a': unknown type 'decimal'.*int64, float32, string"):
+        run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--column", "a:decimal")
+
+
+def test_files_with_different_headers_name_the_first_that_differs(tmp):
+    write_text(tmp / "in" / "a.csv", "x,y\n1,2\n")
+    write_text(tmp / "in" / "b.csv", "x,y\n3,4\n")
+    write_text(tmp / "in" / "c.csv", "x,z\n5,6\n")
+    write_text(tmp / "in" / "d.csv", "q\n7\n")
+    with pytest.raises(ConversionError, match=r"c\.csv has header \['x', 'z'\].*first file .*a\.csv"):
+        run_convert("--source", "csv", "--input", tmp / "in" / "*.csv", "--output", tmp / "out")
+    assert not os.path.exists(tmp / "out" / "dataset_info.json")
+
+
+def test_bad_rows_go_to_quarantine_and_good_rows_are_all_written(tmp):
+    good = [f"{i},{i * 10},w{i}" for i in range(2000)]
+    lines = ["id,n,s"] + good[:700] + ["700,1,2,3"] + good[700:1500] + ["1500,abc,w"] + good[1500:]
+    path = tmp / "in" / "a.csv"
+    os.makedirs(path.parent)
+    body = ("\n".join(lines) + "\n").encode()
+    body = body.replace(b"w1999\n", b"w\xff\xfe\n")  # undecodable text in the last good row
+    path.write_bytes(body)
+    info = run_convert("--source", "csv", "--input", path, "--output", tmp / "out", "--column", "n:int64", "--max_bad_fraction", "0.01")
+    rows = read_examples(tmp / "out")
+    assert sorted(r["id"][0] for r in rows) == list(range(1999))
+    bad = sorted(quarantine_lines(tmp / "out"), key=lambda b: b["row"])
+    assert [b["kind"] for b in bad] == ["field_count", "type", "utf8"]
+    # Rows count from the header (row 1): good row i sits at row i + 2, shifted by the bad rows above it.
+    assert [b["row"] for b in bad] == [702, 1503, 2003]
+    assert all(b["source"].endswith("a.csv") for b in bad)
+    assert bad[0]["raw"] == "700,1,2,3" and "expected 3 fields, found 4" in bad[0]["reason"]
+    assert "'abc' is not a valid int64" in bad[1]["reason"]
+    assert "not valid UTF-8" in bad[2]["reason"]
+    assert info.quarantine["records"] == 3
+    assert info.quarantine["reasons"] == {"field_count": 1, "type": 1, "utf8": 1}
+    assert info.source["rows"] == 2002
+
+
+def test_too_many_bad_rows_fail_the_job_and_write_no_metadata(tmp):
+    src = write_text(tmp / "in" / "a.csv", "a,b\n" + "1,2\n" * 50 + "1\n" * 5)
+    with pytest.raises(Exception, match=r"5 of 55 rows .* quarantined .*--max_bad_fraction=0.001"):
+        run_convert("--source", "csv", "--input", src, "--output", tmp / "out")
+    assert not os.path.exists(tmp / "out" / "dataset_info.json")
+    assert not any(n.endswith(".tfrecord") for n in os.listdir(tmp / "out"))
+
+
+def test_inference_tolerates_a_stray_value_and_quarantines_it(tmp):
+    rows = "\n".join(f"{i}" for i in range(5000))
+    src = write_text(tmp / "in" / "a.csv", "n\n" + rows + "\noops\n")
+    info = run_convert("--source", "csv", "--input", src, "--output", tmp / "out")
+    assert info.feature("n").dtype == "int64"
+    assert [b["raw"] for b in quarantine_lines(tmp / "out")] == ["oops"]
+
+
+def test_missing_label_rows_are_quarantined(tmp):
+    src = write_text(tmp / "in" / "a.csv", "x,y\n" + "1,0\n" * 2000 + "2,\n")
+    info = run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--label", "y")
+    assert info.label == "y" and info.feature("y").role == "label"
+    assert info.split("train").records == 2000
+    assert [b["kind"] for b in quarantine_lines(tmp / "out")] == ["missing_label"]
+
+
+def test_no_matching_input_is_an_error_before_running(tmp):
+    with pytest.raises(ConversionError, match=r"no files match --input .*nothing-\*\.csv"):
+        run_convert("--source", "csv", "--input", tmp / "nothing-*.csv", "--output", tmp / "out")
+
+
+def test_zero_byte_file_is_an_error_naming_it(tmp):
+    write_text(tmp / "in" / "a.csv", "")
+    with pytest.raises(ValueError, match=r"a\.csv is empty: a CSV file needs a header row"):
+        run_convert("--source", "csv", "--input", tmp / "in" / "a.csv", "--output", tmp / "out")
+
+
+def test_header_only_corpus_is_an_error_not_an_empty_dataset(tmp):
+    src = write_text(tmp / "in" / "a.csv", "a,b\n")
+    with pytest.raises(Exception, match=r"no records were read .*refusing to write an empty dataset"):
+        run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--column", "a:int64", "--column", "b:int64")
+    assert not os.path.exists(tmp / "out" / "dataset_info.json")
+
+
+def test_column_selection_and_unknown_columns(tmp):
+    src = write_text(tmp / "in" / "a.csv", "a,b,c\n1,2,3\n")
+    info = run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--columns", "c,a")
+    assert [f.name for f in info.features] == ["c", "a"]
+    assert read_examples(tmp / "out") == [{"c": [3], "a": [1]}]
+    with pytest.raises(ConversionError, match=r"--columns names \['nope'\].*its columns: \['a', 'b', 'c'\]"):
+        run_convert("--source", "csv", "--input", src, "--output", tmp / "o2", "--columns", "a,nope")
+
+
+def test_existing_dataset_is_refused_without_overwrite(tmp):
+    src = write_text(tmp / "in" / "a.csv", "a\n1\n2\n")
+    run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--num_shards", "2")
+    with pytest.raises(ConversionError, match=r"already holds a dataset .*--overwrite"):
+        run_convert("--source", "csv", "--input", src, "--output", tmp / "out")
+    write_text(tmp / "in" / "a.csv", "a\n5\n")
+    info = run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--overwrite")
+    assert read_examples(tmp / "out") == [{"a": [5]}]
+    assert sorted(os.listdir(tmp / "out")) == ["dataset_info.json", "train-00000-of-00001.tfrecord"]
+    assert info.split("train").records == 1
+
+
+def test_rerun_after_an_interrupted_job_cleans_up_and_succeeds(tmp):
+    src = write_text(tmp / "in" / "a.csv", "a\n1\n2\n3\n")
+    out = tmp / "out"
+    # What a job killed mid-way leaves: temp fragments and a shard, but no metadata.
+    write_text(out / (contract.TEMP_PREFIX + "dead") / "fragments" / "000-00000" / "x.tfrecord", "partial")
+    write_text(out / "train-00000-of-00003.tfrecord", "partial")
+    info = run_convert("--source", "csv", "--input", src, "--output", out)
+    assert sorted(os.listdir(out)) == ["dataset_info.json", "train-00000-of-00001.tfrecord"]
+    assert info.split("train").records == 3
+
+
+def _split_ids(out, splits):
+    return {s: sorted(r["id"][0] for r in read_examples(out, s)) for s in splits}
+
+
+def test_split_assignment_is_identical_across_reruns_and_runner_modes(tmp):
+    lines = [f"{i},{i % 7}\n" for i in range(3000)]
+    write_text(tmp / "in" / "a.csv", "id,v\n" + "".join(lines[:1400]))
+    write_text(tmp / "in" / "b.csv", "id,v\n" + "".join(lines[1400:]))
+    args = ["--source", "csv", "--input", tmp / "in" / "*.csv", "--splits", "train=0.7,eval=0.2,test=0.1", "--num_shards", "3"]
+    run_convert(*args, "--output", tmp / "o1")
+    run_convert(*args, "--output", tmp / "o2")
+    run_convert(*args, "--output", tmp / "o3", "--direct_running_mode=multi_processing", "--direct_num_workers=2")
+    first = _split_ids(tmp / "o1", ["train", "eval", "test"])
+    assert sorted(sum(first.values(), [])) == list(range(3000))
+    assert 0.65 < len(first["train"]) / 3000 < 0.75 and 0.07 < len(first["test"]) / 3000 < 0.13
+    assert _split_ids(tmp / "o2", ["train", "eval", "test"]) == first
+    assert _split_ids(tmp / "o3", ["train", "eval", "test"]) == first
+
+
+def test_split_key_keeps_rows_with_the_same_key_together(tmp):
+    body = "user,v\n" + "".join(f"u{i % 50},{i}\n" for i in range(2000))
+    src = write_text(tmp / "in" / "a.csv", body)
+    run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--splits", "train=0.5,eval=0.5", "--split_key", "user")
+    train = {r["user"][0] for r in read_examples(tmp / "out", "train")}
+    evals = {r["user"][0] for r in read_examples(tmp / "out", "eval")}
+    assert train and evals and not train & evals
+    assert len(train | evals) == 50
+
+
+def test_shard_names_counts_and_gzip(tmp):
+    src = write_text(tmp / "in" / "a.csv", "a\n" + "".join(f"{i}\n" for i in range(1000)))
+    info = run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--num_shards", "4", "--compression", "gzip")
+    names = [s.filename for s in info.split("train").shards]
+    assert names == [f"train-0000{i}-of-00004.tfrecord.gz" for i in range(4)]
+    assert sum(s.records for s in info.split("train").shards) == 1000
+    assert all(150 < s.records < 350 for s in info.split("train").shards)
+    assert all(os.path.getsize(tmp / "out" / n) == s.bytes for n, s in zip(names, info.split("train").shards))
+    assert sorted(r["a"][0] for r in read_examples(tmp / "out")) == list(range(1000))
+
+
+def test_no_shuffle_keeps_source_order_within_each_shard(tmp):
+    src = write_text(tmp / "in" / "a.csv", "a\n" + "".join(f"{i}\n" for i in range(5000)))
+    info = run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--num_shards", "3", "--no_shuffle")
+    import tensorflow as tf
+
+    seen = []
+    for shard in info.split("train").shards:
+        values = [tf.train.Example.FromString(r).features.feature["a"].int64_list.value[0]
+                  for r in tf.data.TFRecordDataset(str(tmp / "out" / shard.filename)).as_numpy_iterator()]
+        assert values == sorted(values)
+        seen += values
+    assert sorted(seen) == list(range(5000))
+    shuffled = run_convert("--source", "csv", "--input", src, "--output", tmp / "o2", "--num_shards", "3")
+    first = [tf.train.Example.FromString(r).features.feature["a"].int64_list.value[0]
+             for r in tf.data.TFRecordDataset(str(tmp / "o2" / shuffled.split("train").shards[0].filename)).as_numpy_iterator()]
+    assert first != sorted(first)
+
+
+def test_metadata_records_the_contract(tmp):
+    src = write_text(tmp / "in" / "a.csv", "x,y\n1,a\n2,b\n")
+    run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--label", "x")
+    meta = json.load(open(tmp / "out" / "dataset_info.json"))
+    assert meta["format_version"] == 1 and meta["compression"] == "none" and meta["label"] == "x"
+    assert meta["features"][1] == {"name": "y", "dtype": "bytes", "shape": [], "missing": 0, "default": "",
+                                   "role": None, "text": True, "min_length": None, "max_length": None}
+    assert meta["splits"][0]["records"] == 2 and meta["splits"][0]["shards"][0]["records"] == 2
+    assert meta["source"]["format"] == "csv" and meta["source"]["schema"] == "inferred"
+    assert meta["source"]["input"].endswith("a.csv") and meta["source"]["files"] == 1
+    assert meta["options"]["splits"] == {"train": 1.0} and meta["options"]["shuffle"] is True
+    assert meta["quarantine"] == {"records": 0, "reasons": {}, "path": "quarantine/", "files": []}
+
+
+def test_cli_prints_a_summary_and_errors_name_the_fix(tmp, capsys):
+    from beam_jobs.convert import main
+
+    src = write_text(tmp / "in" / "a.csv", "a\n1\n")
+    assert main(["--source", "csv", "--input", str(src), "--output", str(tmp / "out")]) == 0
+    assert "| train | 1 | 1 |" in capsys.readouterr().out
+    assert main(["--source", "csv", "--input", str(src), "--output", str(tmp / "out")]) == 1
+    assert "pass --overwrite" in capsys.readouterr().err
