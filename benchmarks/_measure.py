@@ -37,6 +37,43 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def current_rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+class RssSampler:
+    """Peak RSS growth over a block of code, sampled every 20 ms in a thread.
+
+    Process peak RSS (ru_maxrss) is set by importing and tracing TensorFlow (~600-800 MB)
+    and hides what a pipeline's buffers cost; the growth while iterating shows it.
+    """
+
+    def __enter__(self):
+        import threading
+
+        self.start_mb = current_rss_mb()
+        self.peak_mb = self.start_mb
+        self._stop = threading.Event()
+
+        def sample():
+            while not self._stop.wait(0.02):
+                self.peak_mb = max(self.peak_mb, current_rss_mb())
+
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak_mb = max(self.peak_mb, current_rss_mb())
+
+    @property
+    def growth_mb(self) -> float:
+        return self.peak_mb - self.start_mb
+
+
 def run_child(module: str, *args) -> dict:
     """Runs `python -m module args` and returns the JSON it prints last (own process: own peak RSS)."""
     out = subprocess.run([sys.executable, "-m", module, *map(str, args)], check=True, capture_output=True, text=True,

@@ -70,8 +70,11 @@ def compare(path: str, *, batch_size: int, epochs: int, naive_epochs: int) -> li
 
 def _rss_child(path: str, pipeline: str, batch_size: int) -> None:
     make = _pipelines(path, batch_size)[pipeline]
-    _measure.drain(make())
-    print(json.dumps({"pipeline": pipeline, "peak_rss_mb": _measure.peak_rss_mb()}))
+    ds = make()
+    next(iter(ds))  # trace and start up outside the measurement
+    with _measure.RssSampler() as rss:
+        _measure.drain(ds)
+    print(json.dumps({"pipeline": pipeline, "peak_rss_mb": _measure.peak_rss_mb(), "iteration_rss_growth_mb": rss.growth_mb}))
 
 
 def main(argv=None) -> int:
@@ -94,9 +97,11 @@ def main(argv=None) -> int:
     path = prepare(args.workdir, args.rows, args.shards)
     rows = compare(path, batch_size=args.batch_size, epochs=args.epochs, naive_epochs=args.naive_epochs)
     for r in rows:
-        r["peak_rss_mb"] = _measure.run_child("benchmarks.runtime", "--rss_child", path, r["pipeline"], "--batch_size", args.batch_size)["peak_rss_mb"]
+        child = _measure.run_child("benchmarks.runtime", "--rss_child", path, r["pipeline"], "--batch_size", args.batch_size)
+        r["peak_rss_mb"] = child["peak_rss_mb"]
+        r["rss_growth_mb"] = child["iteration_rss_growth_mb"]
     print(f"\nRuntime throughput, {args.rows} rows in {args.shards} shards, batch {args.batch_size}, median of epochs after warm-up\n")
-    print(_measure.table(rows, ["pipeline", "examples_per_sec", "vs_best_by_hand", "vs_naive", "epochs", "peak_rss_mb"]))
+    print(_measure.table(rows, ["pipeline", "examples_per_sec", "vs_best_by_hand", "vs_naive", "epochs", "peak_rss_mb", "rss_growth_mb"]))
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "runtime.json"), "w") as f:
         json.dump(rows, f, indent=2)

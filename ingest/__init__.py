@@ -18,10 +18,12 @@ __all__ = [
     "DatasetInfo",
     "FeatureSpec",
     "DatasetNotFoundError",
+    "skipped_corrupt_records",
 ]
 
 _LAZY = {
     "make_dataset": "ingest._dataset",
+    "skipped_corrupt_records": "ingest._dataset",
     "distribute": "ingest._distribute",
     "load_info": "ingest._info",
     "DatasetNotFoundError": "ingest._info",

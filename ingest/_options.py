@@ -30,7 +30,9 @@ class PipelineOptions:
     read_buffer_bytes: TFRecordDataset read buffer per shard. Auto: 1 MB local,
         8 MB on object storage (fewer, larger ranged reads).
     prefetch: batches prefetched at the end. Auto: AUTOTUNE.
-    parse_batch: records per parse_example call when caching parsed data; unused otherwise.
+    parse_block: records per parse_example call; parsed blocks are then re-batched to
+        `batch_size`. Auto: max(batch_size, 1024). parse_example has a large fixed cost per
+        call: 1024-record blocks parse 1.3-1.5x faster than 256-record batches here.
     ram_budget_bytes / cpu_budget: autotune budgets. Auto: tf.data defaults (half of RAM,
         all cores).
     cache_budget_bytes: `cache="auto"` caches in memory when the split fits. Auto: a
@@ -45,6 +47,7 @@ class PipelineOptions:
 
     cycle_length: int | None = None
     num_parallel_calls: int | None = None
+    parse_block: int | None = None
     shuffle_buffer: int | None = None
     read_buffer_bytes: int | None = None
     prefetch: int | None = None
@@ -56,7 +59,7 @@ class PipelineOptions:
     symbolic_checkpoint: bool = False
 
     def __post_init__(self):
-        for name in ("cycle_length", "num_parallel_calls", "shuffle_buffer", "read_buffer_bytes",
+        for name in ("cycle_length", "num_parallel_calls", "parse_block", "shuffle_buffer", "read_buffer_bytes",
                      "ram_budget_bytes", "cpu_budget", "cache_budget_bytes",
                      "private_threadpool_size", "max_intra_op_parallelism"):
             _check_positive(name, getattr(self, name))

@@ -11,6 +11,8 @@ __all__ = [
     "read_buffer_bytes",
     "shuffle_buffer",
     "should_cache_in_memory",
+    "parse_block",
+    "batches",
     "FileShards",
     "shard_files",
 ]
@@ -46,6 +48,17 @@ def shuffle_buffer(records: int, avg_record_bytes: float, *, batch_size: int, re
         return requested
     by_memory = int(SHUFFLE_TARGET_BYTES / max(avg_record_bytes, 1.0))
     return max(1, min(records, max(by_memory, 4 * batch_size)))
+
+
+PARSE_BLOCK = 1024
+
+
+def parse_block(batch_size: int, requested: int | None = None) -> int:
+    return max(batch_size, requested or PARSE_BLOCK)
+
+
+def batches(records: int, batch_size: int, *, drop_remainder: bool) -> int:
+    return records // batch_size if drop_remainder else -(-records // batch_size)
 
 
 def should_cache_in_memory(split_bytes: int, budget_bytes: int) -> bool:
