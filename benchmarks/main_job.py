@@ -1,30 +1,56 @@
 """The main job on the embedded default: generate a corpus, convert it on Beam's
-DirectRunner, feed it with `ingest.make_dataset`, and report what it measured.
+DirectRunner, feed it to a simulated accelerator, and report how long it sat idle.
 
-    python -m benchmarks.main_job --rows 200000 --out out/main
+    python -m benchmarks.main_job [--rows 200000] [--out out/main]
+
+The simulated device's step is twice make_dataset's own measured per-batch time, so a
+pipeline that keeps up shows ~0% idle; the naive hand-written pipeline runs beside it
+on the same shards, with the same step.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
-import statistics
-import time
 
-from benchmarks import corpus
+from benchmarks import _measure, corpus
+
+
+def _plot(reports: dict, path: str, step_ms: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for name, report in reports.items():
+        waits = [1000 * w for w in report.waits]
+        ax.plot(range(len(waits)), waits, label=f"{name}: {100 * report.idle_fraction:.1f}% idle", linewidth=1)
+    ax.axvline(reports[next(iter(reports))].warmup_steps, color="grey", linestyle=":", label="end of warm-up")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("accelerator wait before the step (ms)")
+    ax.set_yscale("symlog", linthresh=1.0)  # start-up waits are 100x the steady ones
+    ax.set_title(f"Simulated accelerator, {step_ms:.1f} ms per step")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=200_000, help="rows in the generated CSV corpus")
-    p.add_argument("--out", default="out/main", help="working directory (corpus and dataset)")
+    p.add_argument("--out", default="out/main", help="working directory (corpus, dataset, report)")
     p.add_argument("--batch_size", type=int, default=256)
-    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--steps", type=int, default=300, help="measured steps per pipeline")
     args = p.parse_args(argv)
 
-    from beam_jobs import convert  # imported late: argparse --help stays fast
+    from beam_jobs import convert  # imported late: --help stays fast
+
     import ingest
+    from benchmarks import pipelines
 
     csv_path = os.path.join(args.out, "corpus", "data.csv")
     dataset = os.path.join(args.out, "dataset")
@@ -33,27 +59,41 @@ def main(argv=None) -> int:
         corpus.write_csv(csv_path, args.rows)
     if os.path.exists(dataset):
         shutil.rmtree(dataset)
-    print(f"converting with Beam's DirectRunner into {dataset}")
+    print(f"converting {csv_path} with Beam's DirectRunner into {dataset}")
     info = convert.run(["--source", "csv", "--input", csv_path, "--output", dataset, "--label", corpus.LABEL,
                         "--splits", "train=0.9,eval=0.1", "--num_shards", "8"])
     if info is None:
         raise SystemExit("the conversion did not produce a dataset")
-
-    epochs = []
-    for epoch in range(args.epochs):
-        ds = ingest.make_dataset(dataset, batch_size=args.batch_size, seed=epoch)
-        start = time.perf_counter()
-        n = sum(int(y.shape[0]) for _, y in ds)
-        epochs.append(n / (time.perf_counter() - start))
     train = info.split("train").records
-    print()
-    print("| measure | value |")
-    print("|---|---:|")
-    print(f"| records read per epoch | {n} of {train} |")
-    print(f"| make_dataset examples/s (median of {args.epochs} epochs) | {statistics.median(epochs):,.0f} |")
-    print(f"| batch time at batch {args.batch_size} | {1000 * args.batch_size / statistics.median(epochs):.2f} ms |")
+
+    # make_dataset's own per-batch time, from a full epoch after a warm-up epoch.
+    _measure.drain(ingest.make_dataset(dataset, batch_size=args.batch_size))
+    n, seconds = _measure.drain(ingest.make_dataset(dataset, batch_size=args.batch_size))
     if n != train:
         raise SystemExit(f"read {n} records but the metadata records {train}")
+    per_batch_ms = 1000 * seconds / (n / args.batch_size)
+    step_ms = 2 * per_batch_ms
+
+    makers = {
+        "make_dataset": lambda: ingest.make_dataset(dataset, batch_size=args.batch_size, num_epochs=None),
+        "naive": lambda: pipelines.naive(dataset, batch_size=args.batch_size).repeat(),
+    }
+    reports = {name: ingest.measure_idle(make(), step_time_ms=step_ms, steps=args.steps, warmup_steps=20)
+               for name, make in makers.items()}
+    rows = [{"pipeline": name, "idle_%": 100 * r.idle_fraction, "verdict": r.classification,
+             "examples_per_sec": r.examples_per_sec, "wait_p99_ms": r.wait_percentiles_ms()["p99"]}
+            for name, r in reports.items()]
+    plot = os.path.join(args.out, "idle.png")
+    _plot(reports, plot, step_ms)
+    with open(os.path.join(args.out, "report.json"), "w") as f:
+        json.dump({"step_time_ms": step_ms, "per_batch_ms": per_batch_ms,
+                   "pipelines": {k: r.summary() for k, r in reports.items()}}, f, indent=2)
+
+    print(f"\n{train} training records in {len(info.split('train').shards)} shards; make_dataset delivers a "
+          f"batch of {args.batch_size} every {per_batch_ms:.2f} ms.")
+    print(f"A simulated accelerator taking {step_ms:.2f} ms per step, {args.steps} steps after warm-up:\n")
+    print(_measure.table(rows, ["pipeline", "idle_%", "verdict", "examples_per_sec", "wait_p99_ms"]))
+    print(f"\nPer-step wait timeline: {plot}")
     return 0
 
 

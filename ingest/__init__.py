@@ -19,11 +19,17 @@ __all__ = [
     "FeatureSpec",
     "DatasetNotFoundError",
     "skipped_corrupt_records",
+    "measure_idle",
+    "measure_train_step",
+    "IdleReport",
 ]
 
 _LAZY = {
     "make_dataset": "ingest._dataset",
     "skipped_corrupt_records": "ingest._dataset",
+    "measure_idle": "ingest._idle",
+    "measure_train_step": "ingest._idle",
+    "IdleReport": "ingest._idle",
     "distribute": "ingest._distribute",
     "load_info": "ingest._info",
     "DatasetNotFoundError": "ingest._info",
