@@ -16,8 +16,11 @@ corpus in memory. Fragments on disk bound memory by the shard size instead.
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import logging
+import os
+import tempfile
 import time
 import uuid
 
@@ -37,7 +40,7 @@ from beam_jobs import _plan, _sources, _typing
 from beam_jobs._config import JobConfig, decided_types
 from beam_jobs._example_encoder import encode_batch
 from beam_jobs._finalize import finalize_dataset
-from beam_jobs._tfrecord import frame_records, iter_frames
+from beam_jobs._tfrecord import frame_records, read_frames
 
 logger = logging.getLogger(__name__)
 
@@ -216,15 +219,16 @@ class _ConvertFiles(beam.DoFn):
         w = self._writers.get(key)
         if w is None:
             path = f"{self._cfg.tmp_dir}/fragments/{split:03d}-{shard:05d}/{file_index:06d}-{chunk_index:06d}-{self._bundle}.tfrecord"
-            w = self._writers[key] = {"file": FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED), "path": path, "records": 0, "order": (file_index, chunk_index)}
+            w = self._writers[key] = {"file": FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED), "path": path, "records": 0, "bytes": 0, "order": (file_index, chunk_index)}
         w["file"].write(data)
         w["records"] += count
+        w["bytes"] += len(data)
 
     def _close_writers(self, file_index=None):
         out = []
         for (split, shard), w in self._writers.items():
             w["file"].close()
-            out.append({"split": split, "shard": shard, "path": w["path"], "records": w["records"], "order": list(w["order"])})
+            out.append({"split": split, "shard": shard, "path": w["path"], "records": w["records"], "bytes": w["bytes"], "order": list(w["order"])})
         self._writers = {}
         return out
 
@@ -275,8 +279,15 @@ def _key_hashes(keys: pa.Array) -> np.ndarray:
 
 
 class _CommitShard(beam.DoFn):
-    """Concatenates one shard's fragments into a shard file, shuffled if asked."""
+    """Concatenates one shard's fragments into a shard file, shuffled if asked.
 
+    The shuffle is external, so memory stays bounded whatever the shard size: frames
+    are streamed into `buckets` local temp files (a random bucket each), then each
+    bucket is loaded, permuted and appended. A random bucket per record plus a random
+    order within each bucket is a uniformly random order of the shard.
+    """
+
+    BUCKET_BYTES = 16 << 20
     _WRITE_RECORDS = 8192  # records per write: bounds the extra copy to a few MB
 
     def __init__(self, cfg: JobConfig):
@@ -289,18 +300,11 @@ class _CommitShard(beam.DoFn):
         ext = ".tfrecord.gz" if cfg.compression == "gzip" else ".tfrecord"
         path = f"{cfg.tmp_dir}/shards/{split:03d}-{shard:05d}{ext}"
         compression = CompressionTypes.GZIP if cfg.compression == "gzip" else CompressionTypes.UNCOMPRESSED
-        records = 0
         with FileSystems.create(path, compression_type=compression) as out:
             if cfg.shuffle:
-                frames = []
-                for f in fragments:
-                    with FileSystems.open(f["path"], compression_type=CompressionTypes.UNCOMPRESSED) as src:
-                        frames.extend(iter_frames(src.read(), source=f["path"]))
-                perm = np.random.default_rng([cfg.seed, split, shard]).permutation(len(frames))
-                for start in range(0, len(perm), self._WRITE_RECORDS):
-                    out.write(b"".join(frames[i] for i in perm[start : start + self._WRITE_RECORDS]))
-                records = len(frames)
+                records = self._shuffled(fragments, out, np.random.default_rng([cfg.seed, split, shard]))
             else:
+                records = 0
                 for f in fragments:
                     with FileSystems.open(f["path"], compression_type=CompressionTypes.UNCOMPRESSED) as src:
                         while block := src.read(8 << 20):
@@ -308,6 +312,49 @@ class _CommitShard(beam.DoFn):
                     records += f["records"]
         size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
         yield {"split": split, "shard": shard, "path": path, "records": records, "bytes": size}
+
+    def _frames(self, fragments):
+        for f in fragments:
+            with FileSystems.open(f["path"], compression_type=CompressionTypes.UNCOMPRESSED) as src:
+                yield from read_frames(io.BufferedReader(src, 1 << 20) if not hasattr(src, "peek") else src, source=f["path"])
+
+    def _shuffled(self, fragments, out, rng) -> int:
+        total_bytes = sum(f.get("bytes", 0) for f in fragments)
+        buckets = max(1, -(-total_bytes // self.BUCKET_BYTES))
+        if buckets == 1:
+            frames = list(self._frames(fragments))
+            self._write_permuted(frames, out, rng)
+            return len(frames)
+        records = 0
+        with tempfile.TemporaryDirectory(prefix="ingest-commit-") as tmp:
+            files = [open(os.path.join(tmp, f"b{i}"), "w+b") for i in range(buckets)]
+            try:
+                chunk = []
+                for frame in self._frames(fragments):
+                    chunk.append(frame)
+                    if len(chunk) == self._WRITE_RECORDS:
+                        self._route(chunk, files, rng)
+                        chunk = []
+                self._route(chunk, files, rng)
+                for b in files:
+                    b.seek(0)
+                    frames = list(read_frames(b, source=b.name))
+                    self._write_permuted(frames, out, rng)
+                    records += len(frames)
+            finally:
+                for b in files:
+                    b.close()
+        return records
+
+    @staticmethod
+    def _route(frames, files, rng):
+        for frame, b in zip(frames, rng.integers(0, len(files), size=len(frames))):
+            files[b].write(frame)
+
+    def _write_permuted(self, frames, out, rng):
+        perm = rng.permutation(len(frames))
+        for start in range(0, len(perm), self._WRITE_RECORDS):
+            out.write(b"".join(frames[i] for i in perm[start : start + self._WRITE_RECORDS]))
 
 
 class ConvertToTFRecords(beam.PTransform):

@@ -7,7 +7,7 @@ import struct
 import google_crc32c
 import numpy as np
 
-__all__ = ["frame_records", "iter_frames", "TFRecordError"]
+__all__ = ["frame_records", "iter_frames", "read_frames", "TFRecordError"]
 
 _LEN = struct.Struct("<Q")
 _CRC = struct.Struct("<I")
@@ -66,3 +66,18 @@ def iter_frames(data: bytes, *, source: str = "<bytes>", verify: bool = False):
                 raise TFRecordError(f"{source}: CRC mismatch in record at byte {pos}")
         yield mv[pos:stop]
         pos = stop
+
+
+def read_frames(f, *, source: str = "<file>"):
+    """Yields whole frames from a readable binary file, streaming (no full read)."""
+    while True:
+        header = f.read(12)
+        if not header:
+            return
+        if len(header) < 12:
+            raise TFRecordError(f"{source}: truncated record header")
+        (length,) = _LEN.unpack_from(header, 0)
+        rest = f.read(length + 4)
+        if len(rest) < length + 4:
+            raise TFRecordError(f"{source}: truncated record (length {length})")
+        yield header + rest

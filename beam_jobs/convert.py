@@ -18,7 +18,7 @@ import uuid
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from beam_jobs import _plan, _sources, _typing
 from beam_jobs._config import JobConfig
@@ -223,8 +223,28 @@ def _is_binary(t) -> bool:
     return pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
 
 
+def _runner(options: PipelineOptions):
+    """The in-process runner for the default and DirectRunner cases; None lets Beam choose.
+
+    Beam's DirectRunner first tries PrismRunner, which downloads a binary at run time
+    (and fails offline, after a network attempt on every run) before falling back to
+    the FnApiRunner. Use that runner directly; it honours --direct_running_mode and
+    --direct_num_workers.
+    """
+    name = options.view_as(StandardOptions).runner
+    if name not in (None, "DirectRunner", "direct", "SwitchingDirectRunner"):
+        return None
+    from apache_beam.portability.api import beam_provision_api_pb2
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    from apache_beam.runners.portability.portable_runner import JobServiceHandle
+
+    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
+    info = fn_runner.ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
+    return fn_runner.FnApiRunner(provision_info=info)
+
+
 def build_pipeline(cfg: JobConfig, options: PipelineOptions) -> beam.Pipeline:
-    p = beam.Pipeline(options=options)
+    p = beam.Pipeline(runner=_runner(options), options=options)
     _ = (
         p
         | "ListFiles" >> beam.Create(list(enumerate(cfg.files)))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -33,10 +32,6 @@ def median_rate(make, *, runs: int, warmup: int = 1) -> dict:
     }
 
 
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def current_rss_mb() -> float:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
@@ -45,8 +40,8 @@ def current_rss_mb() -> float:
 class RssSampler:
     """Peak RSS growth over a block of code, sampled every 20 ms in a thread.
 
-    Process peak RSS (ru_maxrss) is set by importing and tracing TensorFlow (~600-800 MB)
-    and hides what a pipeline's buffers cost; the growth while iterating shows it.
+    Sampled rather than read from ru_maxrss: Linux carries ru_maxrss across fork and
+    exec, so a child started by a big parent reports the parent's peak.
     """
 
     def __enter__(self):

@@ -57,8 +57,9 @@ def _timed(fn, *args) -> float:
 
 def _rss_child(rows: int, workdir: str) -> None:
     csv_path = os.path.join(workdir, f"csv-{rows}", "data.csv")
-    job_convert("csv", csv_path, os.path.join(workdir, f"rss-out-{rows}"))
-    print(json.dumps({"rows": rows, "peak_rss_mb": _measure.peak_rss_mb()}))
+    with _measure.RssSampler() as rss:
+        job_convert("csv", csv_path, os.path.join(workdir, f"rss-out-{rows}"))
+    print(json.dumps({"rows": rows, "peak_rss_mb": rss.peak_mb}))
 
 
 def _ensure(workdir: str, rows: int, kind: str = "csv") -> str:

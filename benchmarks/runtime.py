@@ -70,11 +70,12 @@ def compare(path: str, *, batch_size: int, epochs: int, naive_epochs: int) -> li
 
 def _rss_child(path: str, pipeline: str, batch_size: int) -> None:
     make = _pipelines(path, batch_size)[pipeline]
-    ds = make()
-    next(iter(ds))  # trace and start up outside the measurement
-    with _measure.RssSampler() as rss:
-        _measure.drain(ds)
-    print(json.dumps({"pipeline": pipeline, "peak_rss_mb": _measure.peak_rss_mb(), "iteration_rss_growth_mb": rss.growth_mb}))
+    with _measure.RssSampler() as whole:
+        ds = make()
+        next(iter(ds))  # trace and start up outside the iteration measurement
+        with _measure.RssSampler() as rss:
+            _measure.drain(ds)
+    print(json.dumps({"pipeline": pipeline, "peak_rss_mb": whole.peak_mb, "iteration_rss_growth_mb": rss.growth_mb}))
 
 
 def main(argv=None) -> int:

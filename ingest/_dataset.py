@@ -71,7 +71,8 @@ class _Request:
 
 
 def _validate(path, *, batch_size, split, features, label, num_epochs, cache, preprocess,
-              drop_remainder, deterministic, seed, static_shapes, pad_lengths, options) -> _Request:
+              drop_remainder, deterministic, seed, static_shapes, pad_lengths, options,
+              skip_corrupt) -> _Request:
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     if num_epochs is not None and (isinstance(num_epochs, bool) or not isinstance(num_epochs, int) or num_epochs < 1):
@@ -82,6 +83,11 @@ def _validate(path, *, batch_size, split, features, label, num_epochs, cache, pr
         raise ValueError(f"deterministic must be True, False or None, got {deterministic!r}")
     if options is not None and not isinstance(options, PipelineOptions):
         raise ValueError(f"options must be an ingest.PipelineOptions, got {type(options).__name__}")
+    if skip_corrupt and options is not None and options.symbolic_checkpoint:
+        raise ValueError(
+            "skip_corrupt=True needs tf.data's ignore_errors, which symbolic checkpointing does not "
+            "support: use PipelineOptions(symbolic_checkpoint=False) or skip_corrupt=False"
+        )
     if static_shapes and not drop_remainder:
         raise ValueError("static_shapes=True needs drop_remainder=True, so that the batch dimension is fixed")
     info = load_info(path)
@@ -234,6 +240,9 @@ def _reader(req: _Request, opts: PipelineOptions, skip_corrupt: bool):
 
     def read(filename, expected):
         records = tf.data.TFRecordDataset(filename, compression_type=compression, buffer_size=buffer)
+        if opts.symbolic_checkpoint:
+            # ignore_errors cannot be checkpointed symbolically: TF's own error, unnamed.
+            return records.batch(_COUNT_BLOCK)
         blocks = records.ignore_errors(log_warning=True).batch(_COUNT_BLOCK)
         end = tf.data.Dataset.from_tensors(tf.zeros([0], tf.string))  # an empty block marks the end
 
@@ -293,7 +302,7 @@ def make_dataset(
         path, batch_size=batch_size, split=split, features=features, label=label,
         num_epochs=num_epochs, cache=cache, preprocess=preprocess, drop_remainder=drop_remainder,
         deterministic=deterministic, seed=seed, static_shapes=static_shapes,
-        pad_lengths=pad_lengths, options=opts,
+        pad_lengths=pad_lengths, options=opts, skip_corrupt=skip_corrupt,
     )
     autotune = tf.data.AUTOTUNE
     parallel = opts.num_parallel_calls or autotune

@@ -42,7 +42,10 @@ class PipelineOptions:
         advises for input pipelines (parallelism comes from parallel calls).
     symbolic_checkpoint: checkpoint iterator positions instead of buffered elements
         (smaller checkpoints). Off by default: on the 21-feature benchmark it cut
-        throughput from 151k to 11k examples/s (TF 2.21, 2 cores).
+        throughput from 151k to 11k examples/s (TF 2.21, 2 cores). It also rules out the
+        shard check (tf.data cannot checkpoint ignore_errors symbolically): a corrupt
+        shard then fails with TensorFlow's own error, which does not name the file, and
+        `skip_corrupt` is refused.
     """
 
     cycle_length: int | None = None

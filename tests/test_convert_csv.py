@@ -194,6 +194,7 @@ def _split_ids(out, splits):
     return {s: sorted(r["id"][0] for r in read_examples(out, s)) for s in splits}
 
 
+@pytest.mark.slow
 def test_split_assignment_is_identical_across_reruns_and_runner_modes(tmp):
     lines = [f"{i},{i % 7}\n" for i in range(3000)]
     write_text(tmp / "in" / "a.csv", "id,v\n" + "".join(lines[:1400]))

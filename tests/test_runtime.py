@@ -112,9 +112,11 @@ def test_a_seed_makes_two_runs_identical_across_epochs(tabular):
     assert runs[0][:N] != runs[0][N:]  # each epoch reshuffles
 
 
-def test_checkpoint_restores_mid_epoch_to_the_next_element(tabular, tmp_path):
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_checkpoint_restores_mid_epoch_to_the_next_element(tabular, tmp_path, symbolic):
     def make():
-        return ingest.make_dataset(tabular, batch_size=10, seed=3, deterministic=True)
+        opts = ingest.PipelineOptions(symbolic_checkpoint=symbolic)
+        return ingest.make_dataset(tabular, batch_size=10, seed=3, deterministic=True, options=opts)
 
     full = _ids(make())
     it = iter(make())
@@ -218,6 +220,11 @@ def test_not_a_dataset_and_incomplete_dataset_are_refused(tmp_path, tabular):
     os.remove(tmp_path / "partial" / "dataset_info.json")
     with pytest.raises(ingest.DatasetNotFoundError, match=r"incomplete dataset.*did not finish.*Rerun"):
         ingest.make_dataset(str(tmp_path / "partial"), batch_size=8)
+
+
+def test_skip_corrupt_and_symbolic_checkpoints_do_not_mix(tabular):
+    with pytest.raises(ValueError, match=r"skip_corrupt=True needs tf.data's ignore_errors.*symbolic_checkpoint=False"):
+        ingest.make_dataset(tabular, batch_size=8, skip_corrupt=True, options=ingest.PipelineOptions(symbolic_checkpoint=True))
 
 
 def test_bad_arguments_fail_before_the_graph_is_built(tabular):
