@@ -351,11 +351,12 @@ def make_dataset(
     if req.num_epochs != 1:
         ds = ds.repeat(req.num_epochs)
     # Parse big blocks (cheaper per record), then cut them into the batches asked for.
-    block = _plan.parse_block(batch_size, opts.parse_block)
+    # Symbolic checkpoints cannot hold a rebatch: then parse each batch as it is.
+    block = batch_size if opts.symbolic_checkpoint else _plan.parse_block(batch_size, opts.parse_block)
     parse, split_label = _make_parser(req)
-    ds = ds.batch(block)
+    ds = ds.batch(block, drop_remainder=drop_remainder and block == batch_size)
     ds = ds.map(parse, num_parallel_calls=parallel, deterministic=req.deterministic)
-    if block != batch_size or drop_remainder:
+    if block != batch_size:
         ds = ds.rebatch(batch_size, drop_remainder=drop_remainder)
     if plan.records is not None and req.num_epochs is not None and not skip_corrupt:
         total = plan.records * req.num_epochs

@@ -43,9 +43,9 @@ class PipelineOptions:
     symbolic_checkpoint: checkpoint iterator positions instead of buffered elements
         (smaller checkpoints). Off by default: on the 21-feature benchmark it cut
         throughput from 151k to 11k examples/s (TF 2.21, 2 cores). It also rules out the
-        shard check (tf.data cannot checkpoint ignore_errors symbolically): a corrupt
+        shard check (tf.data cannot checkpoint ignore_errors symbolically: a corrupt
         shard then fails with TensorFlow's own error, which does not name the file, and
-        `skip_corrupt` is refused.
+        `skip_corrupt` is refused), and block parsing (tf.data cannot checkpoint rebatch).
     """
 
     cycle_length: int | None = None
