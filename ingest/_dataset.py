@@ -213,7 +213,7 @@ def _tf_options(req: _Request, opts: PipelineOptions, *, sharded: bool) -> tf.da
     return o
 
 
-_COUNT_BLOCK = 64  # records per block while counting a shard; amortizes the per-block checks
+_COUNT_BLOCK = 64  # records per block read from a shard: amortizes the checks and the interleave
 
 
 def _shard_error(filename, expected, read):
