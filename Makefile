@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: run test test-fast bench bench-quick clean
+.PHONY: run test test-fast bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,7 @@ test-fast: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed-test
+	$(BIN)/python -m benchmarks --out bench-out/suite
 	$(BIN)/python -m benchmarks.conversion
 	$(BIN)/python -m benchmarks.runtime
 

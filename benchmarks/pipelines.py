@@ -6,6 +6,10 @@ They read the same converted shards; their parse specs come from the public meta
 
 from __future__ import annotations
 
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 import tensorflow as tf
 
 import ingest
@@ -61,3 +65,51 @@ def tuned_by_hand(path: str, *, batch_size: int, label: str = "label") -> tf.dat
     """The guide's pipeline after an expert's measurements on this machine: 4 shards read
     at once (AUTOTUNE picks 2 here) and a 1 MB read buffer (TF's default is 256 KB)."""
     return best_practice(path, batch_size=batch_size, label=label, cycle_length=4, read_buffer_bytes=1 << 20)
+
+
+def csv_direct(csv_path: str, *, batch_size: int, label: str = "label") -> tf.data.Dataset:
+    """Reading the CSV directly with TensorFlow's own helper, as its tutorials do."""
+    return tf.data.experimental.make_csv_dataset(
+        csv_path, batch_size=batch_size, label_name=label, num_epochs=1, shuffle=True, shuffle_buffer_size=10_000
+    )
+
+
+def parquet_direct(parquet_path: str, *, batch_size: int, label: str = "label") -> tf.data.Dataset:
+    """Reading Parquet directly: pyarrow record batches through a Python generator."""
+    schema = pq.read_schema(parquet_path)
+    arrow_to_tf = {pa.int64(): tf.int64, pa.int32(): tf.int32, pa.float32(): tf.float32,
+                   pa.float64(): tf.float64, pa.bool_(): tf.bool, pa.string(): tf.string}
+    dtypes = {f.name: arrow_to_tf[f.type] for f in schema}
+
+    def batches():
+        for batch in pq.ParquetFile(parquet_path).iter_batches(batch_size=batch_size):
+            cols = {name: batch.column(name).to_numpy(zero_copy_only=False) for name in batch.schema.names}
+            y = cols.pop(label)
+            yield {k: (v.astype(object) if dtypes[k] == tf.string else v) for k, v in cols.items()}, y
+
+    signature = (
+        {name: tf.TensorSpec([None], dt) for name, dt in dtypes.items() if name != label},
+        tf.TensorSpec([None], dtypes[label]),
+    )
+    return tf.data.Dataset.from_generator(batches, output_signature=signature).prefetch(tf.data.AUTOTUNE)
+
+
+def sleep_each(ds: tf.data.Dataset, ms: float) -> tf.data.Dataset:
+    """Each element takes `ms` more to produce, in a tf.data thread (time.sleep frees the GIL)."""
+
+    def slow(*x):
+        done = tf.py_function(lambda: (time.sleep(ms / 1000), 0)[1], [], tf.int32)
+        with tf.control_dependencies([done]):
+            return tf.nest.map_structure(tf.identity, x if len(x) > 1 else x[0])
+
+    return ds.map(slow)
+
+
+def synthetic_load(*, load_ms: float, prefetch: bool, steps: int) -> tf.data.Dataset:
+    """Batches that each take `load_ms` to load: the reference's prefetch scenario."""
+    ds = sleep_each(tf.data.Dataset.range(steps).map(lambda i: (tf.fill([32], i), i)), load_ms)
+    if prefetch:
+        return ds.prefetch(2)
+    off = tf.data.Options()
+    off.experimental_optimization.inject_prefetch = False  # TF adds one unless told not to
+    return ds.with_options(off)

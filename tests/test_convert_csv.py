@@ -271,3 +271,14 @@ def test_cli_prints_a_summary_and_errors_name_the_fix(tmp, capsys):
     assert "| train | 1 | 1 |" in capsys.readouterr().out
     assert main(["--source", "csv", "--input", str(src), "--output", str(tmp / "out")]) == 1
     assert "pass --overwrite" in capsys.readouterr().err
+
+
+def test_long_runs_log_progress_lines(tmp, caplog, monkeypatch):
+    from beam_jobs import _pipeline
+
+    monkeypatch.setattr(_pipeline, "_PROGRESS_EVERY_S", 0.0)
+    src = write_text(tmp / "in" / "a.csv", "a\n" + "".join(f"{i}\n" for i in range(300_000)))
+    with caplog.at_level("INFO", logger="beam_jobs"):
+        run_convert("--source", "csv", "--input", src, "--output", tmp / "out")
+    progress = [r.getMessage() for r in caplog.records if "rows in this worker" in r.getMessage()]
+    assert progress and "converted" in progress[0] and "rows/s" in progress[0]

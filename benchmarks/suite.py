@@ -1,0 +1,142 @@
+"""The idle-time benchmark suite: scenarios from the reference material, each pipeline
+fed to the same simulated accelerator, on the same data, in the same run.
+
+    python -m benchmarks [--quick] [--out DIR]
+
+Scenarios:
+  prefetch  a 20 ms step and a 15 ms load (the reference's 200 vs 150): idle without
+            prefetch, and with it
+  formats   the step is twice make_dataset's own per-batch time; every pipeline (naive,
+            CSV read directly, Parquet read directly, the guide's recipe, the same tuned by
+            hand, make_dataset) feeds it
+  cache     the second epoch, with and without make_dataset's cache
+Writes DIR/results.json, DIR/idle_by_scenario.png, DIR/wait_timeline.png and prints a
+markdown table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+
+from benchmarks import _measure, corpus
+
+BATCH = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class SuiteData:
+    dataset: str
+    csv: str
+    parquet: str
+    records: int
+
+
+def prepare(workdir: str, rows: int) -> SuiteData:
+    from beam_jobs import convert
+
+    csv_path = os.path.join(workdir, f"csv-{rows}", "data.csv")
+    pq_path = os.path.join(workdir, f"parquet-{rows}", "data.parquet")
+    dataset = os.path.join(workdir, f"suite-ds-{rows}")
+    if not os.path.exists(csv_path):
+        corpus.write_csv(csv_path, rows)
+    if not os.path.exists(pq_path):
+        corpus.write_parquet(pq_path, rows)
+    if not os.path.exists(os.path.join(dataset, "dataset_info.json")):
+        shutil.rmtree(dataset, ignore_errors=True)
+        convert.run(["--source", "csv", "--input", csv_path, "--output", dataset, "--label", corpus.LABEL, "--num_shards", "16"])
+    return SuiteData(dataset, csv_path, pq_path, rows)
+
+
+def _record(scenario: str, pipeline: str, report) -> dict:
+    s = report.summary()
+    return {"scenario": scenario, "pipeline": pipeline, "idle_fraction": s["idle_fraction"],
+            "examples_per_sec": s["examples_per_sec"], "step_time_ms": s["step_time_ms"], "steps": s["steps"],
+            "classification": s["classification"], "wait_p99_ms": s["wait_p99_ms"], "warmup_wait_s": s["warmup_wait_s"]}
+
+
+def _tail(report, start: int):
+    """The report restricted to steps from `start` on (e.g. a second epoch)."""
+    from ingest import IdleReport
+
+    return IdleReport(report.waits[start:], report.computes[start:], 0, report.examples, report.wall_seconds)
+
+
+def run(out: str, *, quick: bool, workdir: str) -> list:
+    import ingest
+    from benchmarks import pipelines
+
+    data = prepare(workdir, 50_000 if quick else 500_000)
+    steps = 80 if quick else 400
+    results, timelines = [], {}
+
+    for prefetch in (False, True):
+        ds = pipelines.synthetic_load(load_ms=15, prefetch=prefetch, steps=steps // 4 + 5)
+        report = ingest.measure_idle(ds, step_time_ms=20, warmup_steps=5, depth=2 if prefetch else 1)
+        results.append(_record("prefetch", "with_prefetch" if prefetch else "without_prefetch", report))
+
+    _measure.drain(ingest.make_dataset(data.dataset, batch_size=BATCH))
+    n, seconds = _measure.drain(ingest.make_dataset(data.dataset, batch_size=BATCH))
+    step_ms = 2 * 1000 * seconds / (n / BATCH)
+    makers = {
+        "naive": lambda: pipelines.naive(data.dataset, batch_size=BATCH).repeat(),
+        "csv_direct": lambda: pipelines.csv_direct(data.csv, batch_size=BATCH).repeat(),
+        "parquet_direct": lambda: pipelines.parquet_direct(data.parquet, batch_size=BATCH).repeat(),
+        "best_practice": lambda: pipelines.best_practice(data.dataset, batch_size=BATCH).repeat(),
+        "tuned_by_hand": lambda: pipelines.tuned_by_hand(data.dataset, batch_size=BATCH).repeat(),
+        "make_dataset": lambda: ingest.make_dataset(data.dataset, batch_size=BATCH, num_epochs=None),
+    }
+    for name, make in makers.items():
+        report = ingest.measure_idle(make(), step_time_ms=step_ms, steps=steps, warmup_steps=20)
+        results.append(_record("formats", name, report))
+        timelines[name] = [1000 * w for w in report.waits]
+
+    epoch_steps = -(-data.records // BATCH)
+    for cache in (None, "memory"):
+        ds = ingest.make_dataset(data.dataset, batch_size=BATCH, num_epochs=2, cache=cache)
+        report = ingest.measure_idle(ds, step_time_ms=step_ms, warmup_steps=0)
+        results.append(_record("cache", f"make_dataset cache={cache}", _tail(report, epoch_steps)))
+
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(results, f, indent=2)
+    _plots(results, timelines, out, step_ms)
+    return results
+
+
+def _plots(results: list, timelines: dict, out: str, step_ms: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    labels = [f"{r['scenario']}\n{r['pipeline']}" for r in results]
+    bars = ax.bar(range(len(results)), [100 * r["idle_fraction"] for r in results],
+                  color=[{"prefetch": "tab:gray", "formats": "tab:blue", "cache": "tab:green"}[r["scenario"]] for r in results])
+    ax.bar_label(bars, fmt="%.1f%%", fontsize=8)  # zero-height bars still show their value
+    ax.set_xticks(range(len(results)), labels, rotation=60, ha="right", fontsize=8)
+    ax.set_ylabel("accelerator idle (% of step time)")
+    ax.set_title("Idle time per pipeline and scenario")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "idle_by_scenario.png"), dpi=120)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(10, 4))
+    for name, waits in timelines.items():
+        ax.plot(waits, label=name, linewidth=1)
+    ax.set_yscale("symlog", linthresh=1.0)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("wait before the step (ms)")
+    ax.set_title(f"formats scenario: per-step wait, {step_ms:.2f} ms steps")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "wait_timeline.png"), dpi=120)
+    plt.close(fig)
+
+
+def table(results: list) -> str:
+    rows = [{**r, "idle_%": 100 * r["idle_fraction"]} for r in results]
+    return _measure.table(rows, ["scenario", "pipeline", "idle_%", "classification", "examples_per_sec", "step_time_ms", "steps"])

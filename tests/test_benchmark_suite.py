@@ -1,0 +1,28 @@
+"""The benchmark suite runs end to end in quick mode (CI proves it works; speed is not asserted)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from benchmarks import suite
+
+
+@pytest.mark.slow
+def test_quick_suite_writes_results_table_and_plots(tmp_path):
+    results = suite.run(str(tmp_path / "out"), quick=True, workdir=str(tmp_path / "data"))
+    written = json.load(open(tmp_path / "out" / "results.json"))
+    assert written == results
+    pairs = {(r["scenario"], r["pipeline"]) for r in results}
+    for name in ("naive", "csv_direct", "parquet_direct", "best_practice", "tuned_by_hand", "make_dataset"):
+        assert ("formats", name) in pairs
+    assert ("prefetch", "without_prefetch") in pairs and ("cache", "make_dataset cache=memory") in pairs
+    for r in results:
+        assert {"scenario", "pipeline", "idle_fraction", "examples_per_sec", "step_time_ms", "steps"} <= set(r)
+        assert 0 <= r["idle_fraction"] <= 1 and r["steps"] > 0 and r["examples_per_sec"] > 0
+    for png in ("idle_by_scenario.png", "wait_timeline.png"):
+        with open(tmp_path / "out" / png, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert "| formats | make_dataset |" in suite.table(results)
