@@ -22,6 +22,7 @@ __all__ = [
     "measure_idle",
     "measure_train_step",
     "IdleReport",
+    "diagnose",
 ]
 
 _LAZY = {
@@ -30,6 +31,7 @@ _LAZY = {
     "measure_idle": "ingest._idle",
     "measure_train_step": "ingest._idle",
     "IdleReport": "ingest._idle",
+    "diagnose": "ingest._diagnose",
     "distribute": "ingest._distribute",
     "load_info": "ingest._info",
     "DatasetNotFoundError": "ingest._info",

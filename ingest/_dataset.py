@@ -267,6 +267,39 @@ def _reader(req: _Request, opts: PipelineOptions, skip_corrupt: bool):
     return read
 
 
+def _records(req, opts, plan, files, counts, *, shuffle, seed, skip_corrupt, parallel) -> tf.data.Dataset:
+    """Serialized records of this pipeline's shards: the read stage of the graph."""
+    my_counts = [counts[files.index(f)] for f in plan.files]
+    ds = tf.data.Dataset.from_tensor_slices((list(plan.files), tf.constant(my_counts, tf.int64)))
+    if shuffle and plan.record_shard is None and len(plan.files) > 1:
+        ds = ds.shuffle(len(plan.files), seed=seed, reshuffle_each_iteration=True)
+    cycle = _plan.cycle_length(len(plan.files), remote=_plan.is_remote(req.path), cpu_count=os.cpu_count() or 1, requested=opts.cycle_length)
+    ds = ds.interleave(
+        _reader(req, opts, skip_corrupt),
+        cycle_length=cycle,
+        num_parallel_calls=parallel,
+        # Record-level sharding needs the same record order in every pipeline.
+        deterministic=True if plan.record_shard is not None else req.deterministic,
+    ).unbatch()
+    if plan.record_shard is not None:
+        ds = ds.shard(*plan.record_shard)
+    return ds
+
+
+def read_records(path, *, split: str = "train", options: PipelineOptions | None = None) -> tf.data.Dataset:
+    """The read stage alone (shards -> serialized records, no shuffle); for diagnosis."""
+    opts = options or PipelineOptions()
+    req = _validate(path, batch_size=1, split=split, features=None, label=False, num_epochs=1, cache=None,
+                    preprocess=None, drop_remainder=False, deterministic=False, seed=None, static_shapes=False,
+                    pad_lengths=None, options=opts, skip_corrupt=False)
+    files = [f"{req.path}/{s.filename}" for s in req.split.shards]
+    counts = [s.records for s in req.split.shards]
+    plan = _plan.shard_files(files, counts, num_pipelines=1, pipeline_id=0)
+    ds = _records(req, opts, plan, files, counts, shuffle=False, seed=None, skip_corrupt=False,
+                  parallel=opts.num_parallel_calls or tf.data.AUTOTUNE)
+    return ds.with_options(_tf_options(req, opts, sharded=False))
+
+
 def make_dataset(
     path,
     *,
@@ -317,20 +350,7 @@ def make_dataset(
             "(every pipeline reads every file). Reconvert with --num_shards >= %d for file-level sharding.",
             req.path, len(files), num_pipelines, num_pipelines,
         )
-    my_counts = [counts[files.index(f)] for f in plan.files]
-    ds = tf.data.Dataset.from_tensor_slices((list(plan.files), tf.constant(my_counts, tf.int64)))
-    if shuffle and plan.record_shard is None and len(plan.files) > 1:
-        ds = ds.shuffle(len(plan.files), seed=seed, reshuffle_each_iteration=True)
-    cycle = _plan.cycle_length(len(plan.files), remote=_plan.is_remote(req.path), cpu_count=os.cpu_count() or 1, requested=opts.cycle_length)
-    ds = ds.interleave(
-        _reader(req, opts, skip_corrupt),
-        cycle_length=cycle,
-        num_parallel_calls=parallel,
-        # Record-level sharding needs the same record order in every pipeline.
-        deterministic=True if plan.record_shard is not None else req.deterministic,
-    ).unbatch()
-    if plan.record_shard is not None:
-        ds = ds.shard(*plan.record_shard)
+    ds = _records(req, opts, plan, files, counts, shuffle=shuffle, seed=seed, skip_corrupt=skip_corrupt, parallel=parallel)
     if not skip_corrupt and plan.records is not None:
         ds = ds.apply(tf.data.experimental.assert_cardinality(plan.records))
     split_bytes = sum(s.bytes for s in req.split.shards) * (plan.records or 0) / max(sum(counts), 1)

@@ -1,0 +1,47 @@
+"""The `ingest` command line: `python -m ingest diagnose PATH --step_time_ms T`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+
+def _load_callable(spec: str):
+    module, sep, name = spec.partition(":")
+    if not sep:
+        raise SystemExit(f"error: --preprocess expects MODULE:FUNCTION, got {spec!r}")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise SystemExit(f"error: cannot load --preprocess {spec}: {e}") from None
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="ingest", description="ingest tools")
+    sub = p.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("diagnose", help="name the stage that bounds the input pipeline and the fix")
+    d.add_argument("path", help="a converted dataset (local or gs://)")
+    d.add_argument("--step_time_ms", "--step-time-ms", type=float, required=True,
+                   help="the model's time per training step, e.g. from a profile or ingest.measure_train_step")
+    d.add_argument("--batch_size", "--batch-size", type=int, default=256)
+    d.add_argument("--split", default="train")
+    d.add_argument("--preprocess", help="MODULE:FUNCTION applied to each batch, as passed to make_dataset")
+    d.add_argument("--max_records", "--max-records", type=int, default=200_000, help="records measured per stage")
+    args = p.parse_args(argv)
+
+    from ingest._diagnose import diagnose
+
+    fn = _load_callable(args.preprocess) if args.preprocess else None
+    try:
+        result = diagnose(args.path, step_time_ms=args.step_time_ms, batch_size=args.batch_size, split=args.split,
+                          preprocess=fn, max_records=args.max_records)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(result.report())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""`ingest diagnose`: which stage bounds the input pipeline, and what to do about it.
+
+Measures the capacity (records/s) of each stage, cumulatively, in-graph so the Python
+consumer does not cap it: read (shards -> records), + parse, + preprocess, and a warm
+cache; compares them with the consumer's demand (batch_size / step time). `decide` is a
+pure function of those numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+
+__all__ = ["Diagnosis", "StageCapacity", "decide", "diagnose"]
+
+# The fixes the reference material recommends for each kind of bound.
+ADVICE = {
+    "read": ("I/O-bound: reading shards is slower than the model consumes. Read more shards in parallel "
+             "(PipelineOptions(cycle_length=...)), convert into more shards (--num_shards), use larger read "
+             "buffers or faster storage, or cache the data (cache='auto' or a local file)."),
+    "parse": ("CPU-bound in parsing: decoding records is slower than the model consumes. Read only the "
+              "features the model uses (features=[...]), cache, or give the input pipeline more CPU cores."),
+    "preprocess": ("CPU-bound in preprocessing: the preprocess function is slower than the model consumes. "
+                   "Simplify it, move deterministic work into the conversion job, or give the input pipeline "
+                   "more CPU cores."),
+    "memory": ("Memory-bound: batches in flight do not fit the memory budget. Use smaller batches (or smaller "
+               "images), or raise PipelineOptions(ram_budget_bytes=...)."),
+    None: "Not input-bound: every stage delivers faster than the model consumes.",
+}
+_HEADROOM = 1.1  # a stage must beat the demand by 10% to count as keeping up
+
+
+@dataclasses.dataclass(frozen=True)
+class StageCapacity:
+    stage: str
+    records_per_sec: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Diagnosis:
+    stages: tuple
+    demand_records_per_sec: float
+    bottleneck: str | None
+    advice: str
+    cache_keeps_up: bool | None
+
+    def table(self) -> str:
+        lines = ["| stage | records/s | vs demand |", "|---|---:|---:|"]
+        for s in self.stages:
+            ratio = s.records_per_sec / self.demand_records_per_sec if self.demand_records_per_sec else float("inf")
+            lines.append(f"| {s.stage} | {s.records_per_sec:,.0f} | {ratio:.2f}x |")
+        lines.append(f"| demand (model) | {self.demand_records_per_sec:,.0f} | 1.00x |")
+        return "\n".join(lines)
+
+    def report(self) -> str:
+        verdict = f"Bottleneck: {self.bottleneck}." if self.bottleneck else "No bottleneck."
+        extra = ""
+        if self.bottleneck in ("read", "parse") and self.cache_keeps_up:
+            extra = " A warm cache keeps up here: cache='memory' (or 'auto') removes this bound after the first epoch."
+        return f"{self.table()}\n\n{verdict} {self.advice}{extra}"
+
+
+def decide(capacities: dict, demand: float, *, batch_bytes: float = 0.0, memory_budget: float = float("inf")) -> Diagnosis:
+    """Names the first stage (read -> parse -> preprocess) that cannot meet `demand`."""
+    if demand <= 0:
+        raise ValueError(f"demand must be positive records/s, got {demand}")
+    stages = tuple(StageCapacity(k, v) for k, v in capacities.items())
+    if batch_bytes > memory_budget:
+        bottleneck = "memory"
+    else:
+        bottleneck = None
+        for name in ("read", "parse", "preprocess"):
+            if name in capacities and capacities[name] < _HEADROOM * demand:
+                bottleneck = name
+                break
+    cache = capacities.get("warm cache")
+    return Diagnosis(stages, demand, bottleneck, ADVICE[bottleneck],
+                     None if cache is None else cache >= _HEADROOM * demand)
+
+
+def _rate(ds, count_fn, max_seconds: float) -> float:
+    import tensorflow as tf
+
+    start = time.perf_counter()
+    n = int(ds.reduce(tf.constant(0, tf.int64), count_fn))
+    return n / max(time.perf_counter() - start, 1e-9)
+
+
+def diagnose(path, *, step_time_ms: float, batch_size: int = 256, split: str = "train", preprocess=None,
+             max_records: int = 200_000, options=None) -> Diagnosis:
+    """Measures each stage of make_dataset on `path` against a model taking `step_time_ms` per batch."""
+    import tensorflow as tf
+
+    from ingest import _dataset, _plan
+    from ingest._info import load_info
+    from ingest._options import PipelineOptions
+
+    if step_time_ms <= 0:
+        raise ValueError(f"step_time_ms must be positive, got {step_time_ms}")
+    opts = options or PipelineOptions()
+    info = load_info(path)
+    split_info = info.split(split)
+    batches = max(1, min(split_info.records, max_records) // batch_size)
+
+    def records_in_batch(total, batch):
+        first = tf.nest.flatten(batch)[0]
+        return total + tf.shape(first, out_type=tf.int64)[0]
+
+    common = dict(batch_size=batch_size, split=split, shuffle=False, options=opts)
+    read = _dataset.read_records(path, split=split, options=opts).take(batches * batch_size)
+    capacities = {"read": _rate(read.batch(batch_size), records_in_batch, 0)}
+    capacities["parse"] = _rate(_dataset.make_dataset(path, **common).take(batches), records_in_batch, 0)
+    if preprocess is not None:
+        ds = _dataset.make_dataset(path, preprocess=preprocess, **common).take(batches)
+        capacities["preprocess"] = _rate(ds, records_in_batch, 0)
+    cached = _dataset.make_dataset(path, cache="memory", **common).take(batches)
+    _rate(cached, records_in_batch, 0)  # fills the cache
+    capacities["warm cache"] = _rate(cached, records_in_batch, 0)
+
+    demand = batch_size * 1000.0 / step_time_ms
+    avg_record = split_info.bytes / max(split_info.records, 1)
+    in_flight = 16  # batches buffered across prefetch and parallel maps, a generous estimate
+    budget = opts.ram_budget_bytes or _dataset._physical_memory() // 2
+    return decide(capacities, demand, batch_bytes=avg_record * batch_size * in_flight, memory_budget=budget)

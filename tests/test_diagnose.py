@@ -1,0 +1,101 @@
+"""`ingest diagnose` names the bounding stage: as a pure decision, and on real pipelines."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import tensorflow as tf
+
+import ingest
+from ingest._diagnose import decide
+from tests.conftest import run_convert, write_text
+
+
+def test_decide_names_the_first_stage_below_demand():
+    caps = {"read": 500_000, "parse": 90_000, "preprocess": 20_000, "warm cache": 300_000}
+    assert decide(caps, 10_000).bottleneck is None
+    assert decide(caps, 50_000).bottleneck == "preprocess"
+    assert decide(caps, 85_000).bottleneck == "parse"  # within the 10% headroom counts as not keeping up
+    d = decide(caps, 600_000)
+    assert d.bottleneck == "read" and "cycle_length" in d.advice and d.cache_keeps_up is False
+    assert decide({"read": 1000, "parse": 900, "warm cache": 50_000}, 5000).cache_keeps_up is True
+    assert decide(caps, 10_000, batch_bytes=2e9, memory_budget=1e9).bottleneck == "memory"
+    assert "smaller batches" in decide(caps, 10_000, batch_bytes=2e9, memory_budget=1e9).advice
+    with pytest.raises(ValueError, match="demand must be positive"):
+        decide(caps, 0)
+
+
+def test_report_is_a_table_and_plain_words():
+    text = decide({"read": 100_000, "parse": 40_000}, 50_000).report()
+    assert "| parse | 40,000 | 0.80x |" in text and "Bottleneck: parse." in text and "CPU-bound in parsing" in text
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory):
+    """300 int features per record: parsing costs far more than reading."""
+    root = tmp_path_factory.mktemp("wide")
+    os.makedirs(root / "in")
+    rng = np.random.default_rng(0)
+    pq.write_table(pa.table({f"c{i}": rng.integers(0, 100, 6000) for i in range(300)}), root / "in" / "a.parquet")
+    run_convert("--source", "parquet", "--input", root / "in" / "a.parquet", "--output", root / "ds", "--num_shards", "4")
+    return str(root / "ds")
+
+
+@pytest.fixture(scope="module")
+def heavy(tmp_path_factory):
+    """Large gzip-compressed records: reading (decompression) is the expensive part."""
+    root = tmp_path_factory.mktemp("heavy")
+    os.makedirs(root / "in")
+    rng = np.random.default_rng(1)
+    blobs = [rng.bytes(40_000) for _ in range(800)]
+    pq.write_table(pa.table({"blob": pa.array(blobs, pa.binary())}), root / "in" / "a.parquet")
+    run_convert("--source", "parquet", "--input", root / "in" / "a.parquet", "--output", root / "ds", "--num_shards", "2", "--compression", "gzip")
+    return str(root / "ds")
+
+
+def _slow_preprocess(x):
+    done = tf.py_function(lambda: (time.sleep(0.02), 0)[1], [], tf.int32)
+    with tf.control_dependencies([done]):
+        return tf.nest.map_structure(tf.identity, x)
+
+
+def test_pipeline_bound_by_preprocessing_is_named(wide):
+    first = ingest.diagnose(wide, step_time_ms=1000, batch_size=64, preprocess=_slow_preprocess)
+    caps = {s.stage: s.records_per_sec for s in first.stages}
+    # Demand halfway (geometrically) between the sleeping preprocess and parsing.
+    demand = (caps["preprocess"] * caps["parse"]) ** 0.5
+    assert caps["preprocess"] * 2 < caps["parse"]
+    d = ingest.diagnose(wide, step_time_ms=64 * 1000 / demand, batch_size=64, preprocess=_slow_preprocess)
+    assert d.bottleneck == "preprocess"
+
+
+def test_pipeline_bound_by_parsing_is_named(wide):
+    caps = {s.stage: s.records_per_sec for s in ingest.diagnose(wide, step_time_ms=1000, batch_size=64).stages}
+    assert caps["parse"] * 2 < caps["read"]  # 300 features: parsing is the expensive stage
+    demand = (caps["parse"] * caps["read"]) ** 0.5
+    assert ingest.diagnose(wide, step_time_ms=64 * 1000 / demand, batch_size=64).bottleneck == "parse"
+
+
+def test_pipeline_bound_by_reading_is_named(heavy):
+    caps = {s.stage: s.records_per_sec for s in ingest.diagnose(heavy, step_time_ms=1000, batch_size=16).stages}
+    d = ingest.diagnose(heavy, step_time_ms=16 * 1000 / (3 * caps["read"]), batch_size=16)
+    assert d.bottleneck == "read" and "I/O-bound" in d.advice
+    assert d.cache_keeps_up in (True, False)
+
+
+def test_ample_headroom_is_not_input_bound(wide):
+    assert ingest.diagnose(wide, step_time_ms=10_000, batch_size=64).bottleneck is None
+
+
+def test_cli_prints_table_and_verdict(wide, capsys):
+    from ingest.__main__ import main
+
+    assert main(["diagnose", wide, "--step_time_ms", "10000", "--batch_size", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "| read |" in out and "| parse |" in out and "No bottleneck." in out
+    assert main(["diagnose", wide + "-missing", "--step_time_ms", "5"]) == 1
