@@ -16,6 +16,10 @@ $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[test]"
+	@# libfuse3 for the slow-storage benchmark scenario; best effort (root with apt only).
+	@command -v fusermount3 >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  (apt-get update -qq && apt-get install -y -qq fuse3) >/dev/null 2>&1; } || \
+	  echo "note: fuse3 not installed; the slow-storage benchmark scenario will report itself unavailable"
 	touch $@ $(VENV)/.installed-run
 
 run: $(VENV)/.installed-run

@@ -19,7 +19,19 @@ def test_quick_suite_writes_results_table_and_plots(tmp_path):
     for name in ("naive", "csv_direct", "parquet_direct", "best_practice", "tuned_by_hand", "make_dataset"):
         assert ("formats", name) in pairs
     assert ("prefetch", "without_prefetch") in pairs and ("cache", "make_dataset cache=memory") in pairs
+    from benchmarks import slowfs
+
+    slow = [r for r in results if r["scenario"] == "slow_storage"]
+    if slowfs.unavailable_reason() is None:
+        assert [r["pipeline"] for r in slow] == ["make_dataset cycle_length=1", "make_dataset cycle_length=4",
+                                                 "make_dataset cycle_length=16",
+                                                 "make_dataset cycle_length=16 num_parallel_calls=16"]
+        assert not os.path.ismount(tmp_path / "out" / "slow-mount")  # unmounted afterwards
+    else:
+        assert slow == [{"scenario": "slow_storage", "pipeline": "unavailable", "reason": slowfs.unavailable_reason()}]
     for r in results:
+        if r["pipeline"] == "unavailable":
+            continue
         assert {"scenario", "pipeline", "idle_fraction", "examples_per_sec", "step_time_ms", "steps"} <= set(r)
         assert 0 <= r["idle_fraction"] <= 1 and r["steps"] > 0 and r["examples_per_sec"] > 0
     for png in ("idle_by_scenario.png", "wait_timeline.png"):
