@@ -15,6 +15,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     results = suite.run(args.out, quick=args.quick, workdir=args.workdir)
     print(suite.table(results))
+    print()
+    print(suite.verdicts(results))
     print(f"\nresults: {args.out}/results.json, plots: {args.out}/idle_by_scenario.png, {args.out}/wait_timeline.png")
     return 0
 

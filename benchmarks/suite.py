@@ -98,10 +98,15 @@ def run(out: str, *, quick: bool, workdir: str) -> list:
     results += _slow_storage(data, step_ms, steps, out)
 
     epoch_steps = -(-data.records // BATCH)
-    for cache in (None, "memory"):
-        ds = ingest.make_dataset(data.dataset, batch_size=BATCH, num_epochs=2, cache=cache)
-        report = ingest.measure_idle(ds, step_time_ms=step_ms, warmup_steps=0)
-        results.append(_record("cache", f"make_dataset cache={cache}", _tail(report, epoch_steps)))
+    second_epoch = {
+        "make_dataset cache=None": lambda: ingest.make_dataset(data.dataset, batch_size=BATCH, num_epochs=2),
+        "make_dataset": lambda: ingest.make_dataset(data.dataset, batch_size=BATCH, num_epochs=2, cache="memory"),
+        "best_practice": lambda: pipelines.best_practice(data.dataset, batch_size=BATCH, cache=True).repeat(2),
+        "tuned_by_hand": lambda: pipelines.tuned_by_hand(data.dataset, batch_size=BATCH, cache=True).repeat(2),
+    }
+    for name, make in second_epoch.items():
+        report = ingest.measure_idle(make(), step_time_ms=step_ms, warmup_steps=0)
+        results.append(_record("cache", name, _tail(report, epoch_steps)))
 
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "results.json"), "w") as f:
@@ -116,7 +121,7 @@ SLOW_READ_MS = 20  # per read request: object-storage first-byte latency
 def _slow_storage(data: SuiteData, step_ms: float, steps: int, out: str) -> list:
     """Shards behind a per-read latency (a FUSE mirror); the effect of interleave width."""
     import ingest
-    from benchmarks import slowfs
+    from benchmarks import pipelines, slowfs
 
     reason = slowfs.unavailable_reason()
     if reason:
@@ -131,6 +136,13 @@ def _slow_storage(data: SuiteData, step_ms: float, steps: int, out: str) -> list
             report = ingest.measure_idle(ds, step_time_ms=step_ms, steps=steps, warmup_steps=20)
             name = f"make_dataset cycle_length={width}" + (f" num_parallel_calls={calls}" if calls else "")
             rows.append(_record("slow_storage", name, report))
+        for name, make in (("best_practice", pipelines.best_practice), ("tuned_by_hand", pipelines.tuned_by_hand)):
+            report = ingest.measure_idle(make(mnt, batch_size=BATCH).repeat(), step_time_ms=step_ms, steps=steps, warmup_steps=20)
+            rows.append(_record("slow_storage", name, report))
+        # make_dataset with its defaults, for the comparison with the hand-written ones.
+        report = ingest.measure_idle(ingest.make_dataset(mnt, batch_size=BATCH, num_epochs=None),
+                                     step_time_ms=step_ms, steps=steps, warmup_steps=20)
+        rows.append(_record("slow_storage", "make_dataset", report))
     return rows
 
 
@@ -169,3 +181,18 @@ def _plots(results: list, timelines: dict, out: str, step_ms: float) -> None:
 def table(results: list) -> str:
     rows = [{**r, "idle_%": 100 * r["idle_fraction"]} if "idle_fraction" in r else {**r, "classification": r["reason"]} for r in results]
     return _measure.table(rows, ["scenario", "pipeline", "idle_%", "classification", "examples_per_sec", "step_time_ms", "steps"])
+
+
+def verdicts(results: list) -> str:
+    """Per scenario: make_dataset's idle against the best hand-written pipeline's."""
+    lines = []
+    for scenario in dict.fromkeys(r["scenario"] for r in results):
+        rows = {r["pipeline"]: r for r in results if r["scenario"] == scenario and "idle_fraction" in r}
+        hand = [rows[p]["idle_fraction"] for p in ("best_practice", "tuned_by_hand") if p in rows]
+        if "make_dataset" not in rows or not hand:
+            continue
+        ours, best = rows["make_dataset"]["idle_fraction"], min(hand)
+        ok = ours <= best + 0.005  # half a percentage point: the noise floor of these runs
+        lines.append(f"{scenario}: make_dataset {100 * ours:.2f}% idle vs best hand-written {100 * best:.2f}%"
+                     f" -> {'ok' if ok else 'WORSE'}")
+    return "\n".join(lines)

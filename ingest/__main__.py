@@ -17,13 +17,28 @@ def _load_callable(spec: str):
         raise SystemExit(f"error: cannot load --preprocess {spec}: {e}") from None
 
 
+def model_step_time_ms(model_path: str, path: str, *, batch_size: int, split: str, preprocess=None) -> float:
+    """Median time of the model's train step on this dataset's batches (input wait excluded)."""
+    import numpy as np
+    import tensorflow as tf
+
+    import ingest
+
+    model = tf.keras.models.load_model(model_path)
+    ds = ingest.make_dataset(path, batch_size=batch_size, split=split, num_epochs=None, preprocess=preprocess)
+    report = ingest.measure_train_step(model, ds, steps=20, warmup_steps=5)
+    return 1000 * float(np.median(report.steady_computes))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="ingest", description="ingest tools")
     sub = p.add_subparsers(dest="command", required=True)
     d = sub.add_parser("diagnose", help="name the stage that bounds the input pipeline and the fix")
     d.add_argument("path", help="a converted dataset (local or gs://)")
-    d.add_argument("--step_time_ms", "--step-time-ms", type=float, required=True,
-                   help="the model's time per training step, e.g. from a profile or ingest.measure_train_step")
+    demand = d.add_mutually_exclusive_group(required=True)
+    demand.add_argument("--step_time_ms", "--step-time-ms", type=float,
+                        help="the model's time per training step, e.g. from a profile")
+    demand.add_argument("--model", help="a saved Keras model (.keras): its train step is timed on real batches")
     d.add_argument("--batch_size", "--batch-size", type=int, default=256)
     d.add_argument("--split", default="train")
     d.add_argument("--preprocess", help="MODULE:FUNCTION applied to each batch, as passed to make_dataset")
@@ -34,6 +49,9 @@ def main(argv=None) -> int:
 
     fn = _load_callable(args.preprocess) if args.preprocess else None
     try:
+        if args.model:
+            args.step_time_ms = model_step_time_ms(args.model, args.path, batch_size=args.batch_size, split=args.split, preprocess=fn)
+            print(f"train step of {args.model}: {args.step_time_ms:.2f} ms (median of 20 steps after 5 warm-up)")
         result = diagnose(args.path, step_time_ms=args.step_time_ms, batch_size=args.batch_size, split=args.split,
                           preprocess=fn, max_records=args.max_records)
     except (ValueError, FileNotFoundError) as e:

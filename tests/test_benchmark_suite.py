@@ -18,14 +18,17 @@ def test_quick_suite_writes_results_table_and_plots(tmp_path):
     pairs = {(r["scenario"], r["pipeline"]) for r in results}
     for name in ("naive", "csv_direct", "parquet_direct", "best_practice", "tuned_by_hand", "make_dataset"):
         assert ("formats", name) in pairs
-    assert ("prefetch", "without_prefetch") in pairs and ("cache", "make_dataset cache=memory") in pairs
+    assert ("prefetch", "without_prefetch") in pairs and ("cache", "make_dataset") in pairs
+    assert ("cache", "best_practice") in pairs and ("cache", "make_dataset cache=None") in pairs
+    assert "formats: make_dataset" in suite.verdicts(results)
     from benchmarks import slowfs
 
     slow = [r for r in results if r["scenario"] == "slow_storage"]
     if slowfs.unavailable_reason() is None:
         assert [r["pipeline"] for r in slow] == ["make_dataset cycle_length=1", "make_dataset cycle_length=4",
                                                  "make_dataset cycle_length=16",
-                                                 "make_dataset cycle_length=16 num_parallel_calls=16"]
+                                                 "make_dataset cycle_length=16 num_parallel_calls=16",
+                                                 "best_practice", "tuned_by_hand", "make_dataset"]
         assert not os.path.ismount(tmp_path / "out" / "slow-mount")  # unmounted afterwards
     else:
         assert slow == [{"scenario": "slow_storage", "pipeline": "unavailable", "reason": slowfs.unavailable_reason()}]

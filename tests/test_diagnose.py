@@ -99,3 +99,17 @@ def test_cli_prints_table_and_verdict(wide, capsys):
     out = capsys.readouterr().out
     assert "| read |" in out and "| parse |" in out and "No bottleneck." in out
     assert main(["diagnose", wide + "-missing", "--step_time_ms", "5"]) == 1
+
+
+def test_cli_times_a_saved_model_for_the_demand(tmp_path, capsys):
+    from ingest.__main__ import main
+
+    src = write_text(tmp_path / "in" / "a.csv", "x,y\n" + "".join(f"{i / 100},{i % 2}\n" for i in range(2000)))
+    run_convert("--source", "csv", "--input", src, "--output", tmp_path / "ds", "--label", "y", "--num_shards", "2")
+    inputs = tf.keras.Input(shape=(), name="x")
+    model = tf.keras.Model(inputs, tf.keras.layers.Dense(2)(tf.keras.layers.Reshape((1,))(inputs)))
+    model.compile("sgd", tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.save(tmp_path / "m.keras")
+    assert main(["diagnose", str(tmp_path / "ds"), "--model", str(tmp_path / "m.keras"), "--batch_size", "32"]) == 0
+    out = capsys.readouterr().out
+    assert "train step of" in out and "| demand (model) |" in out

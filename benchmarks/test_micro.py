@@ -1,0 +1,78 @@
+"""pytest-benchmark micro-benchmarks: `pytest benchmarks/` (not part of `make test`).
+
+Parse throughput (per record vs vectorized per batch) and encoder rows/s, each with its
+baseline in the same run, on the benchmark schema.
+"""
+
+from __future__ import annotations
+
+import pytest
+import tensorflow as tf
+
+from beam_jobs._example_encoder import encode_batch
+from benchmarks import corpus
+
+ROWS = 8192
+
+
+@pytest.fixture(scope="module")
+def table():
+    return corpus.tabular_table(ROWS, seed=0)
+
+
+@pytest.fixture(scope="module")
+def columns(table):
+    dtype = {**{c: "float32" for c in corpus.FLOAT_COLS}, **{c: "int64" for c in corpus.INT_COLS + [corpus.LABEL]},
+             **{c: "bytes" for c in corpus.STR_COLS}}
+    return [(name, dtype[name], table.column(name).combine_chunks()) for name in table.column_names]
+
+
+@pytest.fixture(scope="module")
+def records(columns):
+    buf, offsets = encode_batch(columns, ROWS)
+    return [bytes(buf[offsets[i] : offsets[i + 1]]) for i in range(ROWS)]
+
+
+@pytest.fixture(scope="module")
+def spec(columns):
+    types = {"float32": tf.float32, "int64": tf.int64, "bytes": tf.string}
+    return {name: tf.io.FixedLenFeature([], types[d]) for name, d, _ in columns}
+
+
+def test_encoder_columnar(benchmark, columns):
+    benchmark.extra_info["rows"] = ROWS
+    benchmark(encode_batch, columns, ROWS)
+
+
+def test_encoder_protobuf_baseline(benchmark, table):
+    rows = table.slice(0, 1024).to_pylist()
+
+    def encode():
+        for row in rows:
+            feature = {}
+            for k, v in row.items():
+                if isinstance(v, float):
+                    feature[k] = tf.train.Feature(float_list=tf.train.FloatList(value=[v]))
+                elif isinstance(v, int):
+                    feature[k] = tf.train.Feature(int64_list=tf.train.Int64List(value=[v]))
+                else:
+                    feature[k] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[v.encode()]))
+            tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+    benchmark.extra_info["rows"] = 1024
+    benchmark(encode)
+
+
+def test_parse_vectorized_batch(benchmark, records, spec):
+    batch = tf.constant(records[:1024])
+    parse = tf.function(lambda b: tf.io.parse_example(b, spec))
+    benchmark.extra_info["rows"] = 1024
+    benchmark(parse, batch)
+
+
+def test_parse_per_record_baseline(benchmark, records, spec):
+    batch = tf.constant(records[:1024])
+    parse = tf.function(lambda b: tf.map_fn(lambda r: tf.io.parse_single_example(r, spec), b,
+                                            fn_output_signature={k: v.dtype for k, v in spec.items()}))
+    benchmark.extra_info["rows"] = 1024
+    benchmark(parse, batch)
