@@ -76,3 +76,18 @@ def test_parse_per_record_baseline(benchmark, records, spec):
                                             fn_output_signature={k: v.dtype for k, v in spec.items()}))
     benchmark.extra_info["rows"] = 1024
     benchmark(parse, batch)
+
+
+def test_conversion_job_rows(benchmark, tmp_path_factory):
+    """The whole Beam job (DirectRunner, in-process) on a 20k-row CSV: rows/s end to end."""
+    from beam_jobs import convert
+
+    root = tmp_path_factory.mktemp("conv")
+    csv_path = corpus.write_csv(str(root / "data.csv"), 20_000)
+    runs = iter(range(100))
+
+    def convert_once():
+        convert.run(["--source", "csv", "--input", csv_path, "--output", str(root / f"out-{next(runs)}"), "--label", corpus.LABEL])
+
+    benchmark.extra_info["rows"] = 20_000
+    benchmark.pedantic(convert_once, rounds=3, iterations=1)

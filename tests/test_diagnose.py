@@ -113,3 +113,8 @@ def test_cli_times_a_saved_model_for_the_demand(tmp_path, capsys):
     assert main(["diagnose", str(tmp_path / "ds"), "--model", str(tmp_path / "m.keras"), "--batch_size", "32"]) == 0
     out = capsys.readouterr().out
     assert "train step of" in out and "| demand (model) |" in out
+
+
+def test_batches_over_the_memory_budget_are_memory_bound(wide):
+    d = ingest.diagnose(wide, step_time_ms=10_000, batch_size=64, options=ingest.PipelineOptions(ram_budget_bytes=4096))
+    assert d.bottleneck == "memory" and "smaller batches" in d.advice
