@@ -273,11 +273,12 @@ def _records(req, opts, plan, files, counts, *, shuffle, seed, skip_corrupt, par
     ds = tf.data.Dataset.from_tensor_slices((list(plan.files), tf.constant(my_counts, tf.int64)))
     if shuffle and plan.record_shard is None and len(plan.files) > 1:
         ds = ds.shuffle(len(plan.files), seed=seed, reshuffle_each_iteration=True)
-    cycle = _plan.cycle_length(len(plan.files), remote=_plan.is_remote(req.path), cpu_count=os.cpu_count() or 1, requested=opts.cycle_length)
+    remote = _plan.is_remote(req.path)
+    cycle = _plan.cycle_length(len(plan.files), remote=remote, cpu_count=os.cpu_count() or 1, requested=opts.cycle_length)
     ds = ds.interleave(
         _reader(req, opts, skip_corrupt),
         cycle_length=cycle,
-        num_parallel_calls=parallel,
+        num_parallel_calls=_plan.interleave_parallelism(cycle, remote=remote, requested=opts.num_parallel_calls) or parallel,
         # Record-level sharding needs the same record order in every pipeline.
         deterministic=True if plan.record_shard is not None else req.deterministic,
     ).unbatch()

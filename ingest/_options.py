@@ -22,7 +22,9 @@ class PipelineOptions:
     cycle_length: shards read at once by the interleave. Auto: all shards up to 2x the
         CPU count on local disk, up to 16 on object storage (gs://), where each read has
         tens of ms of latency to hide.
-    num_parallel_calls: parallelism of interleave and maps. Auto: tf.data AUTOTUNE.
+    num_parallel_calls: parallelism of interleave and maps. Auto: tf.data AUTOTUNE, except
+        the interleave on object storage (gs://), which gets one call per shard read
+        at once (latency-bound reads need threads, not cores).
     shuffle_buffer: records in the shuffle buffer. Auto: ~16 MB worth of records (from
         the recorded average record size; 50k records of the benchmark schema), capped at
         the split size. Conversion already shuffled records across shards, so the buffer

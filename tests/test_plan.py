@@ -87,6 +87,12 @@ def test_runtime_cycle_length_and_buffers():
     assert rt_plan.shuffle_buffer(10**9, 10 << 20, batch_size=32) == 128  # huge records: 4 batches
 
 
+def test_remote_reads_get_a_call_per_shard_local_reads_autotune():
+    assert rt_plan.interleave_parallelism(16, remote=True) == 16
+    assert rt_plan.interleave_parallelism(4, remote=False) is None
+    assert rt_plan.interleave_parallelism(16, remote=True, requested=3) == 3
+
+
 def test_runtime_cache_decision():
     assert rt_plan.should_cache_in_memory(100 * MB, 1000 * MB)
     assert not rt_plan.should_cache_in_memory(600 * MB, 1000 * MB)
