@@ -27,6 +27,16 @@ def run_convert(*args) -> "ingest.contract.DatasetInfo":
     return convert.run([str(a) for a in args])
 
 
+def convert_table(root, table, *args) -> str:
+    """Writes `table` as root/in/a.parquet, converts it into root/ds; returns the dataset path."""
+    import pyarrow.parquet as pq
+
+    os.makedirs(os.path.join(root, "in"), exist_ok=True)
+    pq.write_table(table, os.path.join(root, "in", "a.parquet"))
+    run_convert("--source", "parquet", "--input", os.path.join(root, "in", "a.parquet"), "--output", os.path.join(root, "ds"), *args)
+    return str(os.path.join(root, "ds"))
+
+
 def read_examples(dataset_dir, split: str = "train") -> list:
     """Every record of a split as a dict of Python lists, parsed with protobuf (not ingest)."""
     info = json.load(open(os.path.join(dataset_dir, "dataset_info.json")))

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import tensorflow as tf
 
 import ingest
 from ingest._diagnose import decide
-from tests.conftest import run_convert, write_text
+from tests.conftest import convert_table, run_convert, write_text
 
 
 def test_decide_names_the_first_stage_below_demand():
@@ -38,24 +36,17 @@ def test_report_is_a_table_and_plain_words():
 @pytest.fixture(scope="module")
 def wide(tmp_path_factory):
     """300 int features per record: parsing costs far more than reading."""
-    root = tmp_path_factory.mktemp("wide")
-    os.makedirs(root / "in")
     rng = np.random.default_rng(0)
-    pq.write_table(pa.table({f"c{i}": rng.integers(0, 100, 6000) for i in range(300)}), root / "in" / "a.parquet")
-    run_convert("--source", "parquet", "--input", root / "in" / "a.parquet", "--output", root / "ds", "--num_shards", "4")
-    return str(root / "ds")
+    table = pa.table({f"c{i}": rng.integers(0, 100, 6000) for i in range(300)})
+    return convert_table(tmp_path_factory.mktemp("wide"), table, "--num_shards", "4")
 
 
 @pytest.fixture(scope="module")
 def heavy(tmp_path_factory):
     """Large gzip-compressed records: reading (decompression) is the expensive part."""
-    root = tmp_path_factory.mktemp("heavy")
-    os.makedirs(root / "in")
     rng = np.random.default_rng(1)
-    blobs = [rng.bytes(40_000) for _ in range(800)]
-    pq.write_table(pa.table({"blob": pa.array(blobs, pa.binary())}), root / "in" / "a.parquet")
-    run_convert("--source", "parquet", "--input", root / "in" / "a.parquet", "--output", root / "ds", "--num_shards", "2", "--compression", "gzip")
-    return str(root / "ds")
+    table = pa.table({"blob": pa.array([rng.bytes(40_000) for _ in range(800)], pa.binary())})
+    return convert_table(tmp_path_factory.mktemp("heavy"), table, "--num_shards", "2", "--compression", "gzip")
 
 
 def _slow_preprocess(x):

@@ -2,31 +2,19 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import ingest
+from benchmarks.pipelines import sleep_each
 
 PER_BATCH_MS = 20
 
 
-def _sleep_each(ds, ms):
-    """Each element takes `ms` to produce, in a tf.data thread (time.sleep releases the GIL)."""
-
-    def slow(*x):
-        done = tf.py_function(lambda: (time.sleep(ms / 1000), 0)[1], [], tf.int32)
-        with tf.control_dependencies([done]):
-            return tf.nest.map_structure(tf.identity, x if len(x) > 1 else x[0])
-
-    return ds.map(slow)
-
-
 def _paced(n, per_batch_ms=PER_BATCH_MS, prefetch=False):
     """A pipeline that produces one batch every `per_batch_ms`."""
-    ds = _sleep_each(tf.data.Dataset.range(n).map(lambda i: tf.fill([8], i)), per_batch_ms)
+    ds = sleep_each(tf.data.Dataset.range(n).map(lambda i: tf.fill([8], i)), per_batch_ms)
     return ds.prefetch(4) if prefetch else ds
 
 
@@ -48,7 +36,7 @@ def test_without_prefetch_the_load_adds_to_the_step():
     def load(i):
         return tf.fill([4], i)
 
-    ds = _sleep_each(tf.data.Dataset.range(40).map(load), 30)
+    ds = sleep_each(tf.data.Dataset.range(40).map(load), 30)
     off = tf.data.Options()
     off.experimental_optimization.inject_prefetch = False  # TF adds a prefetch unless told not to
     no_prefetch = ingest.measure_idle(ds.with_options(off), step_time_ms=40, warmup_steps=5, depth=1)
@@ -70,7 +58,7 @@ def test_report_summary_and_distributions():
 def test_keras_train_step_consumer_measures_wait_and_step():
     x = np.random.default_rng(0).normal(size=(640, 4)).astype("float32")
     y = (x.sum(axis=1) > 0).astype("int64")
-    slow = _sleep_each(tf.data.Dataset.from_tensor_slices((x, y)).batch(32), 15)
+    slow = sleep_each(tf.data.Dataset.from_tensor_slices((x, y)).batch(32), 15)
     model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(2)])
     model.compile("sgd", tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     report = ingest.measure_train_step(model, slow, warmup_steps=3)

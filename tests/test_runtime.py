@@ -9,12 +9,11 @@ import shutil
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import tensorflow as tf
 
 import ingest
-from tests.conftest import read_examples, run_convert, write_text
+from tests.conftest import convert_table, read_examples, run_convert, write_text
 
 N = 1000
 
@@ -32,7 +31,6 @@ def tabular(tmp_path_factory):
 def typed(tmp_path_factory):
     """Every dtype and shape, with missing values, from Parquet."""
     root = tmp_path_factory.mktemp("typed")
-    os.makedirs(root / "in")
     rng = np.random.default_rng(0)
     n = 300
     table = pa.table({
@@ -44,9 +42,7 @@ def typed(tmp_path_factory):
         "tags": pa.array([[f"t{j}" for j in range(k % 4)] for k in range(n)], pa.list_(pa.string())),
         "ints": pa.array([list(rng.integers(0, 9, size=k % 6)) for k in range(n)], pa.list_(pa.int64())),
     })
-    pq.write_table(table, root / "in" / "a.parquet")
-    run_convert("--source", "parquet", "--input", root / "in" / "a.parquet", "--output", root / "ds", "--num_shards", "3")
-    return str(root / "ds")
+    return convert_table(root, table, "--num_shards", "3")
 
 
 def _ids(ds, key="id"):
