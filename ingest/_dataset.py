@@ -267,10 +267,15 @@ def _reader(req: _Request, opts: PipelineOptions, skip_corrupt: bool):
     return read
 
 
-def _records(req, opts, plan, files, counts, *, shuffle, seed, skip_corrupt, parallel) -> tf.data.Dataset:
+def _shard_plan(req: _Request, *, num_pipelines: int = 1, pipeline_id: int = 0) -> _plan.FileShards:
+    files = [f"{req.path}/{s.filename}" for s in req.split.shards]
+    counts = [s.records for s in req.split.shards]
+    return _plan.shard_files(files, counts, num_pipelines=num_pipelines, pipeline_id=pipeline_id)
+
+
+def _records(req, opts, plan, *, shuffle, seed, skip_corrupt) -> tf.data.Dataset:
     """Serialized records of this pipeline's shards: the read stage of the graph."""
-    my_counts = [counts[files.index(f)] for f in plan.files]
-    ds = tf.data.Dataset.from_tensor_slices((list(plan.files), tf.constant(my_counts, tf.int64)))
+    ds = tf.data.Dataset.from_tensor_slices((list(plan.files), tf.constant(plan.counts, tf.int64)))
     if shuffle and plan.record_shard is None and len(plan.files) > 1:
         ds = ds.shuffle(len(plan.files), seed=seed, reshuffle_each_iteration=True)
     remote = _plan.is_remote(req.path)
@@ -278,7 +283,7 @@ def _records(req, opts, plan, files, counts, *, shuffle, seed, skip_corrupt, par
     ds = ds.interleave(
         _reader(req, opts, skip_corrupt),
         cycle_length=cycle,
-        num_parallel_calls=_plan.interleave_parallelism(cycle, remote=remote, requested=opts.num_parallel_calls) or parallel,
+        num_parallel_calls=_plan.interleave_parallelism(cycle, remote=remote, requested=opts.num_parallel_calls) or tf.data.AUTOTUNE,
         # Record-level sharding needs the same record order in every pipeline.
         deterministic=True if plan.record_shard is not None else req.deterministic,
     ).unbatch()
@@ -293,11 +298,7 @@ def read_records(path, *, split: str = "train", options: PipelineOptions | None 
     req = _validate(path, batch_size=1, split=split, features=None, label=False, num_epochs=1, cache=None,
                     preprocess=None, drop_remainder=False, deterministic=False, seed=None, static_shapes=False,
                     pad_lengths=None, options=opts, skip_corrupt=False)
-    files = [f"{req.path}/{s.filename}" for s in req.split.shards]
-    counts = [s.records for s in req.split.shards]
-    plan = _plan.shard_files(files, counts, num_pipelines=1, pipeline_id=0)
-    ds = _records(req, opts, plan, files, counts, shuffle=False, seed=None, skip_corrupt=False,
-                  parallel=opts.num_parallel_calls or tf.data.AUTOTUNE)
+    ds = _records(req, opts, _shard_plan(req), shuffle=False, seed=None, skip_corrupt=False)
     return ds.with_options(_tf_options(req, opts, sharded=False))
 
 
@@ -340,21 +341,19 @@ def make_dataset(
     )
     autotune = tf.data.AUTOTUNE
     parallel = opts.num_parallel_calls or autotune
-    files = [f"{req.path}/{s.filename}" for s in req.split.shards]
-    counts = [s.records for s in req.split.shards]
     num_pipelines = input_context.num_input_pipelines if input_context else 1
     pipeline_id = input_context.input_pipeline_id if input_context else 0
-    plan = _plan.shard_files(files, counts, num_pipelines=num_pipelines, pipeline_id=pipeline_id)
+    plan = _shard_plan(req, num_pipelines=num_pipelines, pipeline_id=pipeline_id)
     if plan.record_shard is not None:
         logger.warning(
             "%s has %d shard file(s) for %d input pipelines: sharding by record instead of by file "
             "(every pipeline reads every file). Reconvert with --num_shards >= %d for file-level sharding.",
-            req.path, len(files), num_pipelines, num_pipelines,
+            req.path, len(plan.files), num_pipelines, num_pipelines,
         )
-    ds = _records(req, opts, plan, files, counts, shuffle=shuffle, seed=seed, skip_corrupt=skip_corrupt, parallel=parallel)
-    if not skip_corrupt and plan.records is not None:
+    ds = _records(req, opts, plan, shuffle=shuffle, seed=seed, skip_corrupt=skip_corrupt)
+    if not skip_corrupt:
         ds = ds.apply(tf.data.experimental.assert_cardinality(plan.records))
-    split_bytes = sum(s.bytes for s in req.split.shards) * (plan.records or 0) / max(sum(counts), 1)
+    split_bytes = req.split.bytes * plan.records / max(req.split.records, 1)
     if req.cache == "auto":
         budget = opts.cache_budget_bytes or _physical_memory() // 4
         if _plan.should_cache_in_memory(int(split_bytes), budget):
@@ -366,8 +365,8 @@ def make_dataset(
     elif req.cache is not None:
         ds = ds.cache(req.cache)
     if shuffle:
-        avg = split_bytes / max(plan.records or 1, 1)
-        buffer = _plan.shuffle_buffer(plan.records or 0, avg, batch_size=batch_size, requested=opts.shuffle_buffer)
+        avg = split_bytes / max(plan.records, 1)
+        buffer = _plan.shuffle_buffer(plan.records, avg, batch_size=batch_size, requested=opts.shuffle_buffer)
         ds = ds.shuffle(max(buffer, 1), seed=seed, reshuffle_each_iteration=True)
     if req.num_epochs != 1:
         ds = ds.repeat(req.num_epochs)
@@ -379,7 +378,7 @@ def make_dataset(
     ds = ds.map(parse, num_parallel_calls=parallel, deterministic=req.deterministic)
     if block != batch_size:
         ds = ds.rebatch(batch_size, drop_remainder=drop_remainder)
-    if plan.records is not None and req.num_epochs is not None and not skip_corrupt:
+    if req.num_epochs is not None and not skip_corrupt:
         total = plan.records * req.num_epochs
         ds = ds.apply(tf.data.experimental.assert_cardinality(_plan.batches(total, batch_size, drop_remainder=drop_remainder)))
     if split_label is not None:

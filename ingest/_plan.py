@@ -84,7 +84,8 @@ class FileShards:
     """The files one input pipeline reads, and how it shards records if it must."""
 
     files: tuple
-    records: int | None  # records this pipeline will see, when known
+    counts: tuple  # records in each of `files`
+    records: int  # records this pipeline will see
     record_shard: tuple | None = None  # (num_shards, index) for record-level sharding
 
 
@@ -92,12 +93,13 @@ def shard_files(files, records, *, num_pipelines: int, pipeline_id: int) -> File
     """File-level sharding across input pipelines, record-level when files are too few."""
     files, records = tuple(files), tuple(records)
     if num_pipelines <= 1:
-        return FileShards(files, sum(records))
+        return FileShards(files, records, sum(records))
     if not 0 <= pipeline_id < num_pipelines:
         raise ValueError(f"input pipeline id {pipeline_id} is out of range for {num_pipelines} pipelines")
     if len(files) >= num_pipelines:
         mine = range(pipeline_id, len(files), num_pipelines)
-        return FileShards(tuple(files[i] for i in mine), sum(records[i] for i in mine))
+        counts = tuple(records[i] for i in mine)
+        return FileShards(tuple(files[i] for i in mine), counts, sum(counts))
     total = sum(records)
     count = math.ceil((total - pipeline_id) / num_pipelines) if total > pipeline_id else 0
-    return FileShards(files, count, (num_pipelines, pipeline_id))
+    return FileShards(files, records, count, (num_pipelines, pipeline_id))
