@@ -56,22 +56,10 @@ def _timed(fn, *args) -> float:
 
 
 def _rss_child(rows: int, workdir: str) -> None:
-    csv_path = os.path.join(workdir, f"csv-{rows}", "data.csv")
+    csv_path = corpus.ensure_csv(workdir, rows)
     with _measure.RssSampler() as rss:
         job_convert("csv", csv_path, os.path.join(workdir, f"rss-out-{rows}"))
     print(json.dumps({"rows": rows, "peak_rss_mb": rss.peak_mb}))
-
-
-def _ensure(workdir: str, rows: int, kind: str = "csv") -> str:
-    if kind == "csv":
-        path = os.path.join(workdir, f"csv-{rows}", "data.csv")
-        if not os.path.exists(path):
-            corpus.write_csv(path, rows)
-    else:
-        path = os.path.join(workdir, f"parquet-{rows}", "data.parquet")
-        if not os.path.exists(path):
-            corpus.write_parquet(path, rows)
-    return path
 
 
 def main(argv=None) -> int:
@@ -89,8 +77,8 @@ def main(argv=None) -> int:
         return 0
     if args.quick:
         args.rows, args.runs, args.rss_rows = 50_000, 1, "20000,100000"
-    csv_path = _ensure(args.workdir, args.rows)
-    pq_path = _ensure(args.workdir, args.rows, "parquet")
+    csv_path = corpus.ensure_csv(args.workdir, args.rows)
+    pq_path = corpus.ensure_parquet(args.workdir, args.rows)
     tmp = os.path.join(args.workdir, "conversion-out")
     os.makedirs(tmp, exist_ok=True)
     rates = {"naive": [], "job_csv": [], "job_parquet": []}
@@ -102,7 +90,7 @@ def main(argv=None) -> int:
     rows = [{"converter": k, "rows_per_sec": v, "vs_naive": v / med["naive"], "runs": len(rates[k])} for k, v in med.items()]
     sizes = [int(x) for x in args.rss_rows.split(",")]
     for n in sizes:
-        _ensure(args.workdir, n)
+        corpus.ensure_csv(args.workdir, n)
     rss = [_measure.run_child("benchmarks.conversion", "--rss_child", n, "--workdir", args.workdir) for n in sizes]
     print(f"\nConversion of a {args.rows}-row, 21-column corpus (median of {args.runs} runs)\n")
     print(_measure.table(rows, ["converter", "rows_per_sec", "vs_naive", "runs"]))

@@ -9,7 +9,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-__all__ = ["tabular_table", "write_csv", "write_parquet", "FLOAT_COLS", "INT_COLS", "STR_COLS", "LABEL"]
+__all__ = ["tabular_table", "write_csv", "write_parquet", "ensure_csv", "ensure_parquet", "ensure_dataset",
+           "FLOAT_COLS", "INT_COLS", "STR_COLS", "LABEL"]
 
 FLOAT_COLS = [f"f{i}" for i in range(10)]
 INT_COLS = [f"i{i}" for i in range(5)]
@@ -60,3 +61,30 @@ def write_parquet(path: str, rows: int, *, seed: int = 0) -> str:
     if writer is not None:
         writer.close()
     return path
+
+
+def ensure_csv(workdir: str, rows: int) -> str:
+    """The `rows`-row CSV under `workdir`, generated on first use and reused after."""
+    path = os.path.join(workdir, f"csv-{rows}", "data.csv")
+    if not os.path.exists(path):
+        write_csv(path, rows)
+    return path
+
+
+def ensure_parquet(workdir: str, rows: int) -> str:
+    """The same rows as `ensure_csv`, as Parquet."""
+    path = os.path.join(workdir, f"parquet-{rows}", "data.parquet")
+    if not os.path.exists(path):
+        write_parquet(path, rows)
+    return path
+
+
+def ensure_dataset(workdir: str, rows: int, shards: int) -> str:
+    """The CSV converted (label `label`, `shards` shards), converted on first use."""
+    from beam_jobs import convert
+
+    dataset = os.path.join(workdir, f"ds-{rows}-{shards}")
+    if not os.path.exists(os.path.join(dataset, "dataset_info.json")):
+        convert.run(["--source", "csv", "--input", ensure_csv(workdir, rows), "--output", dataset, "--label", LABEL,
+                     "--num_shards", str(shards), "--overwrite"])
+    return dataset

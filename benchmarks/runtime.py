@@ -30,19 +30,6 @@ def _pipelines(path: str, batch_size: int) -> dict:
     }
 
 
-def prepare(workdir: str, rows: int, shards: int) -> str:
-    from beam_jobs import convert
-
-    csv_path = os.path.join(workdir, f"csv-{rows}", "data.csv")
-    dataset = os.path.join(workdir, f"ds-{rows}-{shards}")
-    if not os.path.exists(csv_path):
-        corpus.write_csv(csv_path, rows)
-    if not os.path.exists(os.path.join(dataset, "dataset_info.json")):
-        convert.run(["--source", "csv", "--input", csv_path, "--output", dataset, "--label", corpus.LABEL,
-                     "--num_shards", str(shards), "--overwrite"])
-    return dataset
-
-
 def compare(path: str, *, batch_size: int, epochs: int, naive_epochs: int) -> list:
     makers = _pipelines(path, batch_size)
     rates = {name: [] for name in makers}
@@ -95,7 +82,7 @@ def main(argv=None) -> int:
         return 0
     if args.quick:
         args.rows, args.epochs, args.naive_epochs = 50_000, 2, 1
-    path = prepare(args.workdir, args.rows, args.shards)
+    path = corpus.ensure_dataset(args.workdir, args.rows, args.shards)
     rows = compare(path, batch_size=args.batch_size, epochs=args.epochs, naive_epochs=args.naive_epochs)
     for r in rows:
         child = _measure.run_child("benchmarks.runtime", "--rss_child", path, r["pipeline"], "--batch_size", args.batch_size)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 
 from benchmarks import _measure, corpus
 
@@ -37,19 +36,8 @@ class SuiteData:
 
 
 def prepare(workdir: str, rows: int) -> SuiteData:
-    from beam_jobs import convert
-
-    csv_path = os.path.join(workdir, f"csv-{rows}", "data.csv")
-    pq_path = os.path.join(workdir, f"parquet-{rows}", "data.parquet")
-    dataset = os.path.join(workdir, f"suite-ds-{rows}")
-    if not os.path.exists(csv_path):
-        corpus.write_csv(csv_path, rows)
-    if not os.path.exists(pq_path):
-        corpus.write_parquet(pq_path, rows)
-    if not os.path.exists(os.path.join(dataset, "dataset_info.json")):
-        shutil.rmtree(dataset, ignore_errors=True)
-        convert.run(["--source", "csv", "--input", csv_path, "--output", dataset, "--label", corpus.LABEL, "--num_shards", "16"])
-    return SuiteData(dataset, csv_path, pq_path, rows)
+    return SuiteData(corpus.ensure_dataset(workdir, rows, 16), corpus.ensure_csv(workdir, rows),
+                     corpus.ensure_parquet(workdir, rows), rows)
 
 
 def _record(scenario: str, pipeline: str, report) -> dict:
