@@ -130,7 +130,7 @@ class _ConvertFiles(beam.DoFn):
             self._maybe_log_progress()
         if not cfg.shuffle:
             # One fragment per file keeps source order when fragments are concatenated.
-            yield from (beam.pvalue.TaggedOutput(self.FRAGMENTS, f) for f in self._close_writers(file_index))
+            yield from (beam.pvalue.TaggedOutput(self.FRAGMENTS, f) for f in self._close_writers())
 
     def _convert_chunk(self, path, file_index, chunk_index, chunk, types, position):
         cfg = self._cfg
@@ -224,7 +224,7 @@ class _ConvertFiles(beam.DoFn):
         w["records"] += count
         w["bytes"] += len(data)
 
-    def _close_writers(self, file_index=None):
+    def _close_writers(self):
         out = []
         for (split, shard), w in self._writers.items():
             w["file"].close()

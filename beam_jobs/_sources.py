@@ -72,10 +72,6 @@ class _CsvInput:
         self._raw.close()
 
 
-def _open(path: str):
-    return _CsvInput(path)
-
-
 def _csv_reader(f, fmt: CsvFormat, path: str, handler=None, column_types=None):
     try:
         return pacsv.open_csv(
@@ -98,7 +94,7 @@ def _csv_reader(f, fmt: CsvFormat, path: str, handler=None, column_types=None):
 
 
 def read_csv_header(path: str, fmt: CsvFormat) -> list:
-    with _open(path) as f:
+    with _CsvInput(path) as f:
         reader = _csv_reader(f, fmt, path, handler=lambda row: "skip")
         names = list(reader.schema.names)
     dupes = sorted({n for n in names if names.count(n) > 1})
@@ -141,7 +137,7 @@ def iter_csv_chunks(path: str, header: list, fmt: CsvFormat, columns: list) -> I
             skipped.add(row.number)
         return "skip"
 
-    with _open(path) as f:
+    with _CsvInput(path) as f:
         reader = _csv_reader(f, fmt, path, handler=on_invalid, column_types={c: pa.binary() for c in header})
         names = list(reader.schema.names)
         if names != header:

@@ -9,7 +9,6 @@ pure function of those numbers.
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 
 __all__ = ["Diagnosis", "StageCapacity", "decide", "diagnose"]
@@ -79,7 +78,7 @@ def decide(capacities: dict, demand: float, *, batch_bytes: float = 0.0, memory_
                      None if cache is None else cache >= _HEADROOM * demand)
 
 
-def _rate(ds, count_fn, max_seconds: float) -> float:
+def _rate(ds, count_fn) -> float:
     import tensorflow as tf
 
     start = time.perf_counter()
@@ -92,7 +91,7 @@ def diagnose(path, *, step_time_ms: float, batch_size: int = 256, split: str = "
     """Measures each stage of make_dataset on `path` against a model taking `step_time_ms` per batch."""
     import tensorflow as tf
 
-    from ingest import _dataset, _plan
+    from ingest import _dataset
     from ingest._info import load_info
     from ingest._options import PipelineOptions
 
@@ -109,14 +108,14 @@ def diagnose(path, *, step_time_ms: float, batch_size: int = 256, split: str = "
 
     common = dict(batch_size=batch_size, split=split, shuffle=False, options=opts)
     read = _dataset.read_records(path, split=split, options=opts).take(batches * batch_size)
-    capacities = {"read": _rate(read.batch(batch_size), records_in_batch, 0)}
-    capacities["parse"] = _rate(_dataset.make_dataset(path, **common).take(batches), records_in_batch, 0)
+    capacities = {"read": _rate(read.batch(batch_size), records_in_batch)}
+    capacities["parse"] = _rate(_dataset.make_dataset(path, **common).take(batches), records_in_batch)
     if preprocess is not None:
         ds = _dataset.make_dataset(path, preprocess=preprocess, **common).take(batches)
-        capacities["preprocess"] = _rate(ds, records_in_batch, 0)
+        capacities["preprocess"] = _rate(ds, records_in_batch)
     cached = _dataset.make_dataset(path, cache="memory", **common).take(batches)
-    _rate(cached, records_in_batch, 0)  # fills the cache
-    capacities["warm cache"] = _rate(cached, records_in_batch, 0)
+    _rate(cached, records_in_batch)  # fills the cache
+    capacities["warm cache"] = _rate(cached, records_in_batch)
 
     demand = batch_size * 1000.0 / step_time_ms
     avg_record = split_info.bytes / max(split_info.records, 1)

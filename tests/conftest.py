@@ -21,9 +21,10 @@ except RuntimeError:
     pass
 
 from beam_jobs import convert  # noqa: E402
+from ingest import contract  # noqa: E402
 
 
-def run_convert(*args) -> "ingest.contract.DatasetInfo":
+def run_convert(*args) -> contract.DatasetInfo:
     return convert.run([str(a) for a in args])
 
 

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import csv
 import gzip
-import io
 import json
-import math
 import os
 
 import pytest
