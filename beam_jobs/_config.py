@@ -5,13 +5,14 @@ from __future__ import annotations
 import dataclasses
 
 from beam_jobs import _sources, _typing
+from beam_jobs._images import ImageOptions
 
 __all__ = ["JobConfig", "decided_types"]
 
 
 @dataclasses.dataclass(frozen=True)
 class JobConfig:
-    source_format: str  # "csv" | "parquet"
+    source_format: str  # "csv" | "parquet" | "images"
     input_pattern: str
     files: tuple
     output: str
@@ -32,7 +33,16 @@ class JobConfig:
     overwrite: bool = False
     binary_columns: tuple = ()  # bytes columns that hold binary data, not UTF-8 text
     input_bytes: int = 0
-    schema_origin: str = "inferred"  # "inferred" | "given" | "mixed" | "parquet"
+    schema_origin: str = "inferred"  # "inferred" | "given" | "mixed" | "parquet" | "images"
+    input_count: int = 0  # input files, or images for an image corpus
+    images: ImageOptions | None = None
+    vocabulary: tuple = ()  # label names of an image corpus; the label index is the position
+    extra_types: tuple = ()  # image manifest extras: ((name, pyarrow type), ...)
+    # Image work items go to the pipeline as elements, never to workers with the config.
+    image_items: tuple = dataclasses.field(default=(), compare=False, repr=False)
+
+    def for_workers(self) -> "JobConfig":
+        return dataclasses.replace(self, image_items=())
 
     def recorded_options(self) -> dict:
         """The options that shaped the output, as recorded in the metadata."""
@@ -49,6 +59,7 @@ class JobConfig:
             "delimiter": self.csv.delimiter if self.source_format == "csv" else None,
             "null_values": list(self.csv.null_values) if self.source_format == "csv" else None,
             "given_types": dict(self.given_types),
+            **({"image": self.images.recorded()} if self.images is not None else {}),
         }
 
     @property
@@ -62,7 +73,7 @@ class JobConfig:
 
 def decided_types(cfg: JobConfig, type_counts) -> dict:
     """(dtype, shape) per selected column, from given types, inference, or Arrow."""
-    if cfg.source_format == "parquet":
+    if cfg.source_format != "csv":
         return {name: (dtype, tuple(shape)) for name, dtype, shape in cfg.arrow_types}
     counts = {k: _typing.TypeCounts(**v) for k, v in (type_counts or {}).items()}
     types = _typing.decide_types(counts, cfg.columns, tolerance=cfg.max_bad_fraction, given=dict(cfg.given_types))

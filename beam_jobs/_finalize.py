@@ -41,7 +41,7 @@ def build_features(cfg: JobConfig, stats: dict, type_counts) -> tuple:
                 dtype=dtype,
                 shape=shape,
                 missing=int(stats["missing"].get(name, 0)),
-                role="label" if name == cfg.label else None,
+                role="label" if name == cfg.label else ("image" if cfg.images and name in cfg.binary_columns else None),
                 text=dtype == "bytes" and name not in cfg.binary_columns,
                 min_length=stats["min_len"].get(name),
                 max_length=stats["max_len"].get(name),
@@ -77,7 +77,7 @@ def _check_quality(cfg: JobConfig, stats: dict, quarantine: list) -> None:
         )
     if total - bad == 0:
         raise ConversionError(
-            f"no records were read from {cfg.input_pattern} ({len(cfg.files)} file(s)"
+            f"no records were read from {cfg.input_pattern} ({cfg.input_count} {'image' if cfg.images else 'file'}(s)"
             + (f", {bad} rows quarantined in {where}" if bad else ", all empty")
             + "): refusing to write an empty dataset"
         )
@@ -124,7 +124,7 @@ def finalize_dataset(_, cfg: JobConfig, shards: list, stats: dict, quarantine: l
         source={
             "format": cfg.source_format,
             "input": cfg.input_pattern,
-            "files": len(cfg.files),
+            "files": cfg.input_count,
             "bytes": cfg.input_bytes,
             "schema": cfg.schema_origin,
             "rows": stats["rows"],
@@ -137,6 +137,8 @@ def finalize_dataset(_, cfg: JobConfig, shards: list, stats: dict, quarantine: l
             "files": quarantine_files,
         },
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        labels=cfg.vocabulary,
+        image=_image_metadata(cfg, stats),
     )
     text = info.to_json()
     tmp_meta = _join(cfg.tmp_dir, contract.METADATA_FILENAME)
@@ -146,6 +148,15 @@ def finalize_dataset(_, cfg: JobConfig, shards: list, stats: dict, quarantine: l
     delete_tree(cfg.tmp_dir)
     logger.info("wrote %s", metadata_path)
     return text
+
+
+def _image_metadata(cfg: JobConfig, stats: dict) -> dict:
+    if cfg.images is None:
+        return {}
+    counters = stats.get("counters", {})
+    formats = {k.split(":", 1)[1]: v for k, v in sorted(counters.items()) if k.startswith("format:")}
+    actions = {k: v for k, v in sorted(counters.items()) if not k.startswith("format:")}
+    return {"feature": cfg.binary_columns[0], "stored": cfg.images.recorded(), "formats": formats, "actions": actions}
 
 
 def _mkdirs(path: str) -> None:

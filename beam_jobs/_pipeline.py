@@ -36,7 +36,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_jobs import _plan, _sources, _typing
+from beam_jobs import _images, _plan, _sources, _typing
 from beam_jobs._config import JobConfig, decided_types
 from beam_jobs._example_encoder import encode_batch
 from beam_jobs._finalize import finalize_dataset
@@ -51,7 +51,7 @@ _PROGRESS_EVERY_S = 10.0
 
 
 def _empty_stats() -> dict:
-    return {"rows": 0, "bad": 0, "split_records": {}, "missing": {}, "min_len": {}, "max_len": {}, "reasons": {}}
+    return {"rows": 0, "bad": 0, "split_records": {}, "missing": {}, "min_len": {}, "max_len": {}, "reasons": {}, "counters": {}}
 
 
 def merge_stats(many) -> dict:
@@ -59,7 +59,7 @@ def merge_stats(many) -> dict:
     for s in many:
         out["rows"] += s["rows"]
         out["bad"] += s["bad"]
-        for key in ("split_records", "missing", "reasons"):
+        for key in ("split_records", "missing", "reasons", "counters"):
             for k, v in s[key].items():
                 out[key][k] = out[key].get(k, 0) + v
         for k, v in s["min_len"].items():
@@ -123,6 +123,9 @@ class _ConvertFiles(beam.DoFn):
         position = {s: 0 for s in range(len(cfg.splits))}  # records per split so far in this file
         if cfg.source_format == "csv":
             chunks = _sources.iter_csv_chunks(path, list(cfg.header), cfg.csv, list(cfg.columns))
+        elif cfg.source_format == "images":
+            chunks = _images.iter_image_chunks(path, cfg.images, cfg.vocabulary, cfg.extra_types)
+            path = cfg.input_pattern  # an image item is a list of entries; bad ones name their file
         else:
             chunks = _sources.iter_parquet_chunks(path, list(cfg.columns))
         for chunk_index, chunk in enumerate(chunks):
@@ -167,6 +170,8 @@ class _ConvertFiles(beam.DoFn):
             cols = [(name, dtype, arr.filter(keep)) for name, dtype, arr in cols]
             rows = rows[~bad_mask]
         self._quarantine_rows(bad)
+        for k, v in chunk.counters.items():
+            self._stats["counters"][k] = self._stats["counters"].get(k, 0) + v
         good = len(rows)
         self._stats["rows"] += good + len(bad)
         self._rows_read.inc(good + len(bad))
@@ -362,7 +367,7 @@ class ConvertToTFRecords(beam.PTransform):
 
     def __init__(self, cfg: JobConfig):
         super().__init__()
-        self._cfg = cfg
+        self._cfg = cfg.for_workers()
 
     def expand(self, files):
         cfg = self._cfg

@@ -26,7 +26,9 @@ MAX_SHARD_MB = 200
 MIN_SHARD_MB = 10
 # tf.Example spends bytes on feature keys and framing: a 21-column CSV row of ~120 bytes
 # becomes ~330 bytes (measured on the benchmark corpus). Gzip input expands ~4x more.
-_EXPANSION = {"csv": 2.8, "csv.gz": 11.0, "parquet": 3.0}
+# Images are stored as encoded (a few hundred bytes of features each): about 1x, less
+# when --max_side shrinks them.
+_EXPANSION = {"csv": 2.8, "csv.gz": 11.0, "parquet": 3.0, "images": 1.0}
 # Records per contiguous block when shuffling is off: blocks go round-robin to shards, so
 # shards stay within one block of each other in size and keep source order inside.
 NO_SHUFFLE_BLOCK_ROWS = 512

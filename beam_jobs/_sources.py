@@ -51,6 +51,7 @@ class Chunk:
     batch: pa.RecordBatch
     rows: np.ndarray  # physical row number of each record
     bad: list  # BadRow found while reading this chunk
+    counters: dict = dataclasses.field(default_factory=dict)  # summed into the metadata
 
 
 class _CsvInput:

@@ -1,7 +1,9 @@
-"""Converts CSV or Parquet corpora into sharded TFRecord datasets of tf.train.Example.
+"""Converts CSV, Parquet or image corpora into sharded TFRecord datasets of tf.train.Example.
 
     python -m beam_jobs.convert --source csv --input 'data/*.csv' --output out/ds \\
         [--label y] [--splits train=0.8,eval=0.2] [any Beam pipeline option]
+    python -m beam_jobs.convert --source images --input photos/ --output out/img  # photos/<label>/<file>
+    python -m beam_jobs.convert --source images --input manifest.csv --output out/img  # path,label,...
 
 Runs on Beam's DirectRunner by default; `--runner DataflowRunner ...` runs it on Dataflow.
 Flags follow Beam's spelling (`--num_shards`); dashed forms (`--num-shards`) work too.
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import dataclasses
 import logging
 import sys
 import time
@@ -20,7 +23,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from beam_jobs import _plan, _sources, _typing
+from beam_jobs import _image_inputs, _images, _plan, _sources, _typing
 from beam_jobs._config import JobConfig
 from beam_jobs._finalize import TMP_PREFIX, ConversionError, delete_tree, existing_dataset_files
 from beam_jobs._pipeline import ConvertToTFRecords
@@ -40,15 +43,16 @@ def _flag(parser, name, **kwargs):
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m beam_jobs.convert",
-        description="Convert CSV or Parquet files into sharded TFRecords of tf.train.Example "
+        description="Convert CSV, Parquet or image files into sharded TFRecords of tf.train.Example "
         "with a metadata file the ingest runtime reads. Unknown flags are Beam pipeline options "
         "(--runner, --direct_running_mode, --project, ...).",
     )
-    _flag(p, "source", required=True, choices=["csv", "parquet"], help="input format")
-    _flag(p, "input", required=True, help="file pattern, local or gs:// (e.g. 'data/*.csv', 'gs://b/x-*.parquet')")
+    _flag(p, "source", required=True, choices=["csv", "parquet", "images"], help="input format")
+    _flag(p, "input", required=True, help="file pattern, local or gs:// (e.g. 'data/*.csv', 'gs://b/x-*.parquet'); "
+          "for images: a folder ROOT/<label>/<file>, or a manifest .csv/.parquet")
     _flag(p, "output", required=True, help="dataset directory, local or gs://")
     _flag(p, "columns", help="comma-separated columns to keep, in this order (default: all)")
-    _flag(p, "label", help="the label column")
+    _flag(p, "label", help="the label column (image manifests: default 'label')")
     _flag(p, "column", action="append", default=[], metavar="NAME:TYPE", help="column type: int64, float32 or string (repeatable)")
     _flag(p, "schema", help="JSON file mapping column names to types")
     _flag(p, "delimiter", default=",", help="CSV field delimiter")
@@ -63,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shuffle", dest="shuffle", action="store_true", default=True, help="shuffle records across shards (default)")
     p.add_argument("--no_shuffle", "--no-shuffle", "--noshuffle", dest="shuffle", action="store_false", help="keep source order within each shard")
     p.add_argument("--overwrite", action="store_true", help="replace a dataset already in --output")
+    images = p.add_argument_group("images (--source images)")
+    _flag(images, "path_column", default="path", help="manifest column holding image paths (relative to the manifest)")
+    _flag(images, "max_side", type=int, help="downsize images whose longer side exceeds this many pixels")
+    _flag(images, "reencode", choices=["jpeg", "png"], help="re-encode every image (EXIF-oriented, RGB); default: keep the original bytes")
+    _flag(images, "quality", type=int, default=90, help="JPEG quality when re-encoding or downsizing JPEGs")
+    _flag(images, "max_pixels", type=int, default=_images.DEFAULT_MAX_PIXELS, help="quarantine images with more pixels (decompression bombs)")
     return p
 
 
@@ -128,19 +138,47 @@ def _select(names: list, args) -> list:
     return selected
 
 
+def _image_config(args) -> JobConfig:
+    try:
+        opts = _images.ImageOptions(max_side=args.max_side, reencode=args.reencode, quality=args.quality, max_pixels=args.max_pixels)
+        if _image_inputs.is_manifest(args.input):
+            columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
+            corpus = _image_inputs.read_manifest(args.input, path_column=args.path_column,
+                                                 label_column=args.label or "label", columns=columns)
+        else:
+            corpus = _image_inputs.list_folder(args.input)
+    except ValueError as e:
+        raise ConversionError(str(e)) from e
+    if args.column or args.schema:
+        raise ConversionError("--column and --schema apply to CSV; image records have a fixed schema")
+    types = [(name, dtype, ()) for name, dtype in _images.IMAGE_COLUMNS]
+    types += [(name, *_typing.arrow_dtype(name, t)) for name, t in corpus.extra_types]
+    return JobConfig(
+        source_format="images",
+        input_pattern=args.input,
+        files=(),
+        output=args.output.rstrip("/"),
+        tmp_dir="",
+        columns=tuple(name for name, _, _ in types),
+        arrow_types=tuple(types),
+        label=_images.LABEL,
+        binary_columns=(_images.ENCODED,),
+        input_bytes=corpus.input_bytes,
+        schema_origin="images",
+        input_count=len(corpus.entries),
+        images=opts,
+        vocabulary=corpus.vocabulary,
+        extra_types=corpus.extra_types,
+        image_items=tuple(_image_inputs.work_items(corpus)),
+    )
+
+
 def make_config(args, pipeline_options: PipelineOptions | None = None) -> JobConfig:
+    if args.source == "images":
+        return _with_plan(_image_config(args), args, "images")
     files = _match(args.input)
     paths = [p for p, _ in files]
     input_bytes = sum(s for _, s in files)
-    output = args.output.rstrip("/")
-    if not 0 <= args.max_bad_fraction <= 1:
-        raise ConversionError(f"--max_bad_fraction must be in [0, 1], got {args.max_bad_fraction}")
-    if args.num_shards is not None and args.num_shards < 1:
-        raise ConversionError(f"--num_shards must be at least 1, got {args.num_shards}")
-    try:
-        splits = _plan.parse_splits(args.splits)
-    except ValueError as e:
-        raise ConversionError(str(e)) from e
     given: dict = {}
     if args.schema:
         with FileSystems.open(args.schema) as f:
@@ -178,24 +216,47 @@ def make_config(args, pipeline_options: PipelineOptions | None = None) -> JobCon
         origin = "parquet"
         fmt = "parquet"
 
-    estimate = _plan.estimate_output_bytes(input_bytes, fmt)
-    if args.num_shards is not None:
-        num_shards = tuple(args.num_shards for _ in splits)
-    else:
-        num_shards = tuple(_plan.plan_num_shards(int(estimate * f), target_shard_mb=args.target_shard_mb) for f in splits.values())
-    _prepare_output(output, args.overwrite)
-    return JobConfig(
+    cfg = JobConfig(
         source_format=args.source,
         input_pattern=args.input,
         files=tuple(paths),
-        output=output,
-        tmp_dir=FileSystems.join(output, TMP_PREFIX + uuid.uuid4().hex[:12]),
+        output=args.output.rstrip("/"),
+        tmp_dir="",
         columns=tuple(columns),
         header=header,
         csv=csv,
         given_types=tuple(sorted(given.items())),
         arrow_types=arrow_types,
         label=args.label,
+        binary_columns=binary,
+        input_bytes=input_bytes,
+        schema_origin=origin,
+        input_count=len(paths),
+    )
+    return _with_plan(cfg, args, fmt)
+
+
+def _with_plan(cfg: JobConfig, args, fmt: str) -> JobConfig:
+    """Adds what every source shares: splits, shard counts, output checks, a temp dir."""
+    if not 0 <= args.max_bad_fraction <= 1:
+        raise ConversionError(f"--max_bad_fraction must be in [0, 1], got {args.max_bad_fraction}")
+    if args.num_shards is not None and args.num_shards < 1:
+        raise ConversionError(f"--num_shards must be at least 1, got {args.num_shards}")
+    try:
+        splits = _plan.parse_splits(args.splits)
+    except ValueError as e:
+        raise ConversionError(str(e)) from e
+    if args.split_key is not None and args.split_key not in cfg.columns:
+        raise ConversionError(f"--split_key {args.split_key!r} is not a feature of the records; features: {list(cfg.columns)}")
+    estimate = _plan.estimate_output_bytes(cfg.input_bytes, fmt)
+    if args.num_shards is not None:
+        num_shards = tuple(args.num_shards for _ in splits)
+    else:
+        num_shards = tuple(_plan.plan_num_shards(int(estimate * f), target_shard_mb=args.target_shard_mb) for f in splits.values())
+    _prepare_output(cfg.output, args.overwrite)
+    return dataclasses.replace(
+        cfg,
+        tmp_dir=FileSystems.join(cfg.output, TMP_PREFIX + uuid.uuid4().hex[:12]),
         splits=tuple(splits.items()),
         split_key=args.split_key,
         num_shards=num_shards,
@@ -204,9 +265,6 @@ def make_config(args, pipeline_options: PipelineOptions | None = None) -> JobCon
         compression=args.compression,
         max_bad_fraction=args.max_bad_fraction,
         overwrite=args.overwrite,
-        binary_columns=binary,
-        input_bytes=input_bytes,
-        schema_origin=origin,
     )
 
 
@@ -247,8 +305,8 @@ def build_pipeline(cfg: JobConfig, options: PipelineOptions) -> beam.Pipeline:
     p = beam.Pipeline(runner=_runner(options), options=options)
     _ = (
         p
-        | "ListFiles" >> beam.Create(list(enumerate(cfg.files)))
-        # (file index, path)
+        | "ListInputs" >> beam.Create(list(enumerate(cfg.image_items or cfg.files)))
+        # (file index, path), or (item index, (ImageEntry, ...)) for images
         | "Convert" >> ConvertToTFRecords(cfg)
     )
     return p
@@ -260,8 +318,8 @@ def run(argv=None) -> contract.DatasetInfo | None:
     options = PipelineOptions(beam_args)
     cfg = make_config(args, options)
     logger.info(
-        "converting %d %s file(s) (%.1f MB) into %s: columns %s, splits %s, shards %s",
-        len(cfg.files), cfg.source_format, cfg.input_bytes / 2**20, cfg.output,
+        "converting %d %s (%.1f MB) into %s: columns %s, splits %s, shards %s",
+        cfg.input_count, "images" if cfg.images else f"{cfg.source_format} file(s)", cfg.input_bytes / 2**20, cfg.output,
         list(cfg.columns), dict(cfg.splits), list(cfg.num_shards),
     )
     start = time.perf_counter()
@@ -279,14 +337,15 @@ def run(argv=None) -> contract.DatasetInfo | None:
 
 def summary_table(info: contract.DatasetInfo, elapsed: float) -> str:
     rows = info.source.get("rows", 0)
+    unit = "images" if info.image else "rows"
     lines = ["| split | records | shards | MB |", "|---|---:|---:|---:|"]
     for s in info.splits:
         lines.append(f"| {s.name} | {s.records} | {len(s.shards)} | {s.bytes / 2**20:.1f} |")
     lines.append("")
     lines.append(
-        f"{rows} rows read, {info.quarantine.get('records', 0)} quarantined"
+        f"{rows} {unit} read, {info.quarantine.get('records', 0)} quarantined"
         f" ({', '.join(f'{k}: {v}' for k, v in info.quarantine.get('reasons', {}).items()) or 'none'}),"
-        f" {elapsed:.1f} s, {rows / max(elapsed, 1e-9):,.0f} rows/s"
+        f" {elapsed:.1f} s, {rows / max(elapsed, 1e-9):,.0f} {unit}/s"
     )
     return "\n".join(lines)
 

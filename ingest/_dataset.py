@@ -23,7 +23,7 @@ import uuid
 
 import tensorflow as tf
 
-from ingest import _plan, contract
+from ingest import _images, _plan, contract
 from ingest._info import load_info
 from ingest._options import PipelineOptions
 
@@ -68,11 +68,12 @@ class _Request:
     seed: int | None
     static_shapes: bool
     pad_lengths: dict
+    image: _images.ImageSpec | None = None  # decode and augment the dataset's images
 
 
 def _validate(path, *, batch_size, split, features, label, num_epochs, cache, preprocess,
               drop_remainder, deterministic, seed, static_shapes, pad_lengths, options,
-              skip_corrupt) -> _Request:
+              skip_corrupt, image_args=None) -> _Request:
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     if num_epochs is not None and (isinstance(num_epochs, bool) or not isinstance(num_epochs, int) or num_epochs < 1):
@@ -102,7 +103,10 @@ def _validate(path, *, batch_size, split, features, label, num_epochs, cache, pr
         label = None
     elif label not in names:
         raise ValueError(f"label {label!r} is not a feature of {path}; features: {names}")
-    if features is None:
+    image = _image_request(info, path, features, image_args)
+    if image is not None:
+        selected = [info.image["feature"]] + ([label] if label is not None else [])
+    elif features is None:
         selected = list(names)
     else:
         selected = list(features)
@@ -134,8 +138,24 @@ def _validate(path, *, batch_size, split, features, label, num_epochs, cache, pr
         info=info, path=str(path).rstrip("/"), split=split_info, features=tuple(selected),
         label=label, batch_size=batch_size, num_epochs=num_epochs, cache=cache,
         deterministic=deterministic, seed=seed, static_shapes=bool(static_shapes),
-        pad_lengths=pad_lengths,
+        pad_lengths=pad_lengths, image=image,
     )
+
+
+def _image_request(info, path, features, image_args):
+    image_size = (image_args or {}).get("image_size")
+    if not info.image:
+        if image_size is not None:
+            raise ValueError(f"image_size is for image datasets; {path} holds no images (features: {[f.name for f in info.features]})")
+        return None
+    if features is not None:
+        return None  # raw features asked for by name: no decoding
+    if image_size is None:
+        raise ValueError(
+            f"{path} is an image dataset: give image_size=(height, width) to decode and augment its images "
+            "(training=True|False), or features=[...] to read raw features"
+        )
+    return _images.make_image_spec(**image_args)
 
 
 def _check_writable(cache_path: str) -> None:
@@ -321,6 +341,11 @@ def make_dataset(
     skip_corrupt: bool = False,
     static_shapes: bool = False,
     pad_lengths: dict | None = None,
+    image_size=None,
+    training: bool = True,
+    channels: int = 3,
+    image_dtype: str = "float32",
+    normalize="default",
 ) -> tf.data.Dataset:
     """Builds a tuned `tf.data.Dataset` of batches from a converted dataset.
 
@@ -331,6 +356,13 @@ def make_dataset(
     `deterministic=None` means deterministic exactly when a `seed` is given.
     `cache`: None, "memory", "auto" (memory when the split fits the budget) or a
     local file path; the cache holds serialized records, taken before any shuffle.
+
+    Image datasets (converted with `--source images`) yield `(images, labels)` given
+    `image_size=(H, W)`: `training=True` takes a random resized crop (for JPEGs with the
+    fused decode_and_crop_jpeg: pixels outside the crop are never decoded) and a random
+    flip; `training=False` a central crop. `channels` is 1 or 3; `image_dtype` uint8,
+    float32 or bfloat16; `normalize` None (0-255), "unit" ([0, 1], the default for
+    floats), "imagenet" or (mean, std) in [0, 1] units.
     """
     opts = options or PipelineOptions()
     req = _validate(
@@ -338,6 +370,7 @@ def make_dataset(
         num_epochs=num_epochs, cache=cache, preprocess=preprocess, drop_remainder=drop_remainder,
         deterministic=deterministic, seed=seed, static_shapes=static_shapes,
         pad_lengths=pad_lengths, options=opts, skip_corrupt=skip_corrupt,
+        image_args=dict(image_size=image_size, training=training, channels=channels, dtype=image_dtype, normalize=normalize),
     )
     autotune = tf.data.AUTOTUNE
     parallel = opts.num_parallel_calls or autotune
@@ -370,6 +403,12 @@ def make_dataset(
         ds = ds.shuffle(max(buffer, 1), seed=seed, reshuffle_each_iteration=True)
     if req.num_epochs != 1:
         ds = ds.repeat(req.num_epochs)
+    if req.image is not None:
+        ds = _decoded_images(ds, req, opts, seed=seed, skip_corrupt=skip_corrupt, drop_remainder=drop_remainder)
+        if req.num_epochs is not None and not skip_corrupt:
+            total = plan.records * req.num_epochs
+            ds = ds.apply(tf.data.experimental.assert_cardinality(_plan.batches(total, batch_size, drop_remainder=drop_remainder)))
+        return _finish(ds, req, opts, preprocess, num_pipelines)
     # Parse big blocks (cheaper per record), then cut them into the batches asked for.
     # Symbolic checkpoints cannot hold a rebatch: then parse each batch as it is.
     block = batch_size if opts.symbolic_checkpoint else _plan.parse_block(batch_size, opts.parse_block)
@@ -383,10 +422,43 @@ def make_dataset(
         ds = ds.apply(tf.data.experimental.assert_cardinality(_plan.batches(total, batch_size, drop_remainder=drop_remainder)))
     if split_label is not None:
         ds = ds.map(split_label)
+    return _finish(ds, req, opts, preprocess, num_pipelines)
+
+
+def _finish(ds, req, opts, preprocess, num_pipelines):
     if preprocess is not None:
-        ds = ds.map(preprocess, num_parallel_calls=parallel, deterministic=req.deterministic)
-    ds = ds.prefetch(opts.prefetch if opts.prefetch is not None else autotune)
+        ds = ds.map(preprocess, num_parallel_calls=opts.num_parallel_calls or tf.data.AUTOTUNE, deterministic=req.deterministic)
+    ds = ds.prefetch(opts.prefetch if opts.prefetch is not None else tf.data.AUTOTUNE)
     return ds.with_options(_tf_options(req, opts, sharded=num_pipelines > 1))
+
+
+def _decoded_images(ds, req, opts, *, seed, skip_corrupt, drop_remainder):
+    """Serialized records -> (image, label) batches: parse in blocks, decode per image, finish per batch."""
+    parallel = opts.num_parallel_calls or tf.data.AUTOTUNE
+    encoded_key = req.info.image["feature"]
+    specs = {encoded_key: tf.io.FixedLenFeature([], tf.string)}
+    if req.label is not None:
+        specs[req.label] = _parse_spec(req.info.feature(req.label))
+    ds = ds.batch(_plan.parse_block(req.batch_size, opts.parse_block))
+    ds = ds.map(lambda s: tf.io.parse_example(s, specs), num_parallel_calls=parallel, deterministic=req.deterministic).unbatch()
+    # A seed per record, drawn in record order: augmentation is reproducible under a seed.
+    seeds = tf.data.Dataset.random(seed=seed).batch(2)
+    decode = _images.decode_fn(req.image)
+    label = req.label
+
+    def decode_record(parsed, record_seed):
+        image = decode(parsed[encoded_key], record_seed)
+        return (image, parsed[label]) if label is not None else image
+
+    ds = tf.data.Dataset.zip((ds, seeds)).map(decode_record, num_parallel_calls=parallel, deterministic=req.deterministic)
+    if skip_corrupt:
+        # Images that fail to decode (shards written by other tools) are skipped and logged.
+        ds = ds.ignore_errors(log_warning=True)
+    ds = ds.batch(req.batch_size, drop_remainder=drop_remainder, num_parallel_calls=parallel, deterministic=req.deterministic)
+    finish = _images.finish_fn(req.image)
+    if label is not None:
+        return ds.map(lambda x, y: (finish(x), y), num_parallel_calls=parallel, deterministic=req.deterministic)
+    return ds.map(finish, num_parallel_calls=parallel, deterministic=req.deterministic)
 
 
 def _physical_memory() -> int:

@@ -156,6 +156,11 @@ class DatasetInfo:
     quarantine: Mapping = dataclasses.field(default_factory=dict)
     created: str = ""
     format_version: int = FORMAT_VERSION
+    # Class names of an integer label: labels[i] is the name of class i (sorted at conversion).
+    labels: tuple = ()
+    # Image datasets: {"feature": the encoded-image feature, "stored": how images were
+    # stored, "counts": formats and actions}. Empty for tabular data.
+    image: Mapping = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         if self.compression not in COMPRESSIONS:
@@ -165,6 +170,8 @@ class DatasetInfo:
             raise ValueError(f"feature names must be unique, got {names}")
         if self.label is not None and self.label not in names:
             raise ValueError(f"label {self.label!r} is not a feature; features: {names}")
+        if self.image and self.image.get("feature") not in names:
+            raise ValueError(f"image feature {self.image.get('feature')!r} is not a feature; features: {names}")
 
     def feature(self, name: str) -> FeatureSpec:
         for f in self.features:
@@ -194,6 +201,8 @@ class DatasetInfo:
                 "source": dict(self.source),
                 "options": dict(self.options),
                 "quarantine": dict(self.quarantine),
+                **({"labels": list(self.labels)} if self.labels else {}),
+                **({"image": dict(self.image)} if self.image else {}),
             },
             indent=2,
             sort_keys=False,
@@ -218,4 +227,6 @@ class DatasetInfo:
             quarantine=d.get("quarantine", {}),
             created=d.get("created", ""),
             format_version=version,
+            labels=tuple(d.get("labels", ())),
+            image=d.get("image", {}),
         )
