@@ -35,6 +35,7 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python -m benchmarks --out bench-out/suite
 	$(BIN)/python -m benchmarks.conversion
 	$(BIN)/python -m benchmarks.runtime
+	$(BIN)/python -m benchmarks.images
 
 clean:
 	rm -rf out bench-out .pytest_cache

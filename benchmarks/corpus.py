@@ -88,3 +88,35 @@ def ensure_dataset(workdir: str, rows: int, shards: int) -> str:
         convert.run(["--source", "csv", "--input", ensure_csv(workdir, rows), "--output", dataset, "--label", LABEL,
                      "--num_shards", str(shards), "--overwrite"])
     return dataset
+
+
+def photo_like(rng, height: int, width: int):
+    """An RGB image with photo statistics: smooth shading, edges and fine texture (not flat colour)."""
+    import numpy as np
+    from PIL import Image, ImageDraw
+
+    base = Image.fromarray(rng.integers(0, 256, (6, 8, 3), dtype=np.uint8)).resize((width, height), Image.Resampling.BICUBIC)
+    draw = ImageDraw.Draw(base)
+    for _ in range(6):
+        x0, y0 = int(rng.integers(0, width)), int(rng.integers(0, height))
+        x1, y1 = x0 + int(rng.integers(20, width // 2)), y0 + int(rng.integers(20, height // 2))
+        draw.ellipse([x0, y0, x1, y1], fill=tuple(int(v) for v in rng.integers(0, 256, 3)))
+    texture = rng.normal(0, 9, (height, width, 3))
+    return Image.fromarray(np.clip(np.asarray(base, np.float32) + texture, 0, 255).astype(np.uint8))
+
+
+def ensure_images(workdir: str, count: int, *, height: int = 375, width: int = 500, classes: int = 10,
+                  quality: int = 90) -> str:
+    """`count` JPEGs as root/<class>/<n>.jpg, generated on first use; returns root."""
+    import numpy as np
+
+    root = os.path.join(workdir, f"images-{count}-{width}x{height}")
+    done = os.path.join(root, ".complete")
+    if not os.path.exists(done):
+        rng = np.random.default_rng(0)
+        for i in range(count):
+            folder = os.path.join(root, f"class{i % classes:02d}")
+            os.makedirs(folder, exist_ok=True)
+            photo_like(rng, height, width).save(os.path.join(folder, f"{i:06d}.jpg"), "JPEG", quality=quality)
+        open(done, "w").close()
+    return root

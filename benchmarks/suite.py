@@ -12,6 +12,9 @@ Scenarios:
   slow_storage  shards behind a 20 ms per-read latency (a FUSE mirror), read with
             interleave widths 1, 4 and 16
   cache     the second epoch, with and without make_dataset's cache
+  images    224x224 training batches of 500x375 JPEGs (random resized crop + flip) at a
+            step 1.25x make_dataset's own per-batch time: a naive Pillow loop, the
+            hand-written tf.data pipeline (decode, then crop), make_dataset (fused decode)
 Writes DIR/results.json, DIR/idle_by_scenario.png, DIR/wait_timeline.png and prints a
 markdown table.
 """
@@ -96,11 +99,44 @@ def run(out: str, *, quick: bool, workdir: str) -> list:
         report = ingest.measure_idle(make(), step_time_ms=step_ms, warmup_steps=0)
         results.append(_record("cache", name, _tail(report, epoch_steps)))
 
+    results += _images(workdir, quick=quick)
+
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(results, f, indent=2)
     _plots(results, timelines, out, step_ms)
     return results
+
+
+def _images(workdir: str, *, quick: bool) -> list:
+    """Image decode as the input bottleneck of a ResNet-style classifier."""
+    import glob
+
+    import numpy as np
+
+    import ingest
+    from benchmarks import images
+
+    count = 300 if quick else 2000
+    root = corpus.ensure_images(workdir, count)
+    files = sorted(glob.glob(os.path.join(root, "*", "*.jpg")))
+    dataset = os.path.join(workdir, f"images-ds-{os.path.basename(root)}")
+    if not os.path.exists(os.path.join(dataset, "dataset_info.json")):
+        images.convert_images(root, dataset)
+
+    def ours():
+        return ingest.make_dataset(dataset, batch_size=images.BATCH, image_size=images.SIZE, num_epochs=None)
+
+    rate, _ = images.steady_rate(ours(), warmup=5, measured=10 if quick else 40)
+    step_ms = 1.25 * 1000 * images.BATCH / rate
+    steps = 15 if quick else 60
+    makers = {
+        "naive": lambda: images.naive_batches(files, np.random.default_rng(0)),
+        "hand_written": lambda: images.hand_written(files),
+        "make_dataset": ours,
+    }
+    return [_record("images", name, ingest.measure_idle(make(), step_time_ms=step_ms, steps=steps, warmup_steps=10))
+            for name, make in makers.items()]
 
 
 SLOW_READ_MS = 20  # per read request: object-storage first-byte latency
@@ -144,7 +180,7 @@ def _plots(results: list, timelines: dict, out: str, step_ms: float) -> None:
     fig, ax = plt.subplots(figsize=(10, 4.5))
     labels = [f"{r['scenario']}\n{r['pipeline']}" for r in results]
     bars = ax.bar(range(len(results)), [100 * r["idle_fraction"] for r in results],
-                  color=[{"prefetch": "tab:gray", "formats": "tab:blue", "slow_storage": "tab:orange", "cache": "tab:green"}[r["scenario"]] for r in results])
+                  color=[{"prefetch": "tab:gray", "formats": "tab:blue", "slow_storage": "tab:orange", "cache": "tab:green", "images": "tab:purple"}[r["scenario"]] for r in results])
     ax.bar_label(bars, fmt="%.1f%%", fontsize=8)  # zero-height bars still show their value
     ax.set_xticks(range(len(results)), labels, rotation=60, ha="right", fontsize=8)
     ax.set_ylabel("accelerator idle (% of step time)")

@@ -1,4 +1,9 @@
-"""The `ingest` command line: `python -m ingest diagnose PATH --step_time_ms T`."""
+"""The `ingest` command line.
+
+    python -m ingest diagnose PATH --step_time_ms T
+    python -m ingest service dispatcher --port 5050
+    python -m ingest service worker --dispatcher grpc://HOST:5050 [--port 5051]
+"""
 
 from __future__ import annotations
 
@@ -43,7 +48,20 @@ def main(argv=None) -> int:
     d.add_argument("--split", default="train")
     d.add_argument("--preprocess", help="MODULE:FUNCTION applied to each batch, as passed to make_dataset")
     d.add_argument("--max_records", "--max-records", type=int, default=200_000, help="records measured per stage")
+    svc = sub.add_parser("service", help="run a tf.data service dispatcher or worker (until stopped)")
+    roles = svc.add_subparsers(dest="role", required=True)
+    disp = roles.add_parser("dispatcher", help="hands out work and tracks workers")
+    disp.add_argument("--port", type=int, required=True)
+    disp.add_argument("--work_dir", "--work-dir", help="journal directory (local or gs://); needed with --fault_tolerant")
+    disp.add_argument("--fault_tolerant", "--fault-tolerant", action="store_true", help="recover state from --work_dir after a restart")
+    disp.add_argument("--worker_timeout_ms", "--worker-timeout-ms", type=int, help="declare a silent worker dead after this long")
+    work = roles.add_parser("worker", help="runs input pipelines for the dispatcher's jobs")
+    work.add_argument("--dispatcher", required=True, help="HOST:PORT or grpc://HOST:PORT")
+    work.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    work.add_argument("--worker_address", "--worker-address", help="HOST:%%port% trainers use to reach this worker (default localhost:%%port%)")
     args = p.parse_args(argv)
+    if args.command == "service":
+        return _service(args)
 
     from ingest._diagnose import diagnose
 
@@ -58,6 +76,20 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(result.report())
+    return 0
+
+
+def _service(args) -> int:
+    from ingest import _service
+
+    if args.role == "dispatcher":
+        if args.fault_tolerant and not args.work_dir:
+            print("error: --fault_tolerant needs --work_dir to journal into", file=sys.stderr)
+            return 1
+        _service.run_dispatcher(port=args.port, work_dir=args.work_dir, fault_tolerant=args.fault_tolerant,
+                                worker_timeout_ms=args.worker_timeout_ms)
+    else:
+        _service.run_worker(dispatcher=args.dispatcher, port=args.port, worker_address=args.worker_address)
     return 0
 
 

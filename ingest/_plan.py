@@ -46,7 +46,7 @@ def interleave_parallelism(cycle: int, *, remote: bool, requested: int | None = 
     idle, one call per shard 0.8%. Local disks keep AUTOTUNE.
     """
     if requested is not None:
-        return requested
+        return min(requested, cycle)  # tf.data refuses more calls than the cycle holds
     return cycle if remote else None
 
 

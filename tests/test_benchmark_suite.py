@@ -20,6 +20,7 @@ def test_quick_suite_writes_results_table_and_plots(tmp_path):
         assert ("formats", name) in pairs
     assert ("prefetch", "without_prefetch") in pairs and ("cache", "make_dataset") in pairs
     assert ("cache", "best_practice") in pairs and ("cache", "make_dataset cache=None") in pairs
+    assert {("images", name) for name in ("naive", "hand_written", "make_dataset")} <= pairs
     assert "formats: make_dataset" in suite.verdicts(results)
     from benchmarks import slowfs
 

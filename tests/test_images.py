@@ -330,3 +330,20 @@ def test_metadata_records_the_vocabulary(image_dataset):
     info = json.load(open(os.path.join(image_dataset, "dataset_info.json")))
     assert info["labels"] == ["a", "b", "c"]
     assert info["image"]["feature"] == "image/encoded"
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_large_jpeg_windows_decoded_at_reduced_scale_match_the_full_decode(tmp, training):
+    # A smooth 2-D gradient: a window taken from the wrong place or scale changes the colours.
+    yy, xx = np.mgrid[0:1600, 0:1800]
+    arr = np.stack([xx * 255 // 1800, yy * 255 // 1600, (xx + yy) * 255 // 3400], -1).astype(np.uint8)
+    _save(Image.fromarray(arr), tmp / "jpeg" / "x" / "big.jpg", "JPEG", quality=95)
+    _save(Image.fromarray(arr), tmp / "png" / "x" / "big.png", "PNG")
+    outputs = []
+    for fmt in ("jpeg", "png"):
+        run_convert("--source", "images", "--input", tmp / fmt, "--output", tmp / f"ds-{fmt}")
+        ds = ingest.make_dataset(tmp / f"ds-{fmt}", batch_size=1, image_size=(64, 64), training=training, seed=11, num_epochs=8, image_dtype="uint8")
+        outputs.append(np.concatenate([x.numpy() for x, _ in ds]).astype(np.float32))
+    jpeg, png = outputs  # same seeds: the same windows; JPEG ones go through DCT scaling, PNG ones do not
+    assert jpeg.shape == png.shape == (8, 64, 64, 3)
+    assert np.abs(jpeg - png).mean() < 3.0

@@ -91,6 +91,8 @@ def test_remote_reads_get_a_call_per_shard_local_reads_autotune():
     assert rt_plan.interleave_parallelism(16, remote=True) == 16
     assert rt_plan.interleave_parallelism(4, remote=False) is None
     assert rt_plan.interleave_parallelism(16, remote=True, requested=3) == 3
+    # More calls than the cycle holds is an error in tf.data (one-shard datasets hit it).
+    assert rt_plan.interleave_parallelism(1, remote=False, requested=2) == 1
 
 
 def test_runtime_cache_decision():

@@ -1,0 +1,171 @@
+"""Image input speed: make_dataset against a naive Pillow loop and a hand-written tf.data pipeline.
+
+Same JPEGs, same run, 224x224 training batches (random resized crop + flip):
+  naive        Pillow open, convert, resize, numpy batch; one image at a time, one thread
+  tf.data      list files -> read, decode_jpeg, crop, resize, flip in a parallel map ->
+               batch -> prefetch (the usual hand-written pipeline; same crop distribution)
+  make_dataset the converted TFRecords; the crop is decoded alone (decode_and_crop_jpeg)
+Two corpora: 500x375 (the reference's product photos) and 2048x1536 (camera photos, where
+windows of 2x the output decode at half scale inside the IDCT). Also: conversion
+throughput, and the size change of --max_side 512 --reencode jpeg.
+
+    python -m benchmarks.images [--images 2000] [--runs 3] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import itertools
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from benchmarks import _measure, corpus
+
+SIZE = (224, 224)
+BATCH = 64
+
+
+def naive_batches(files, rng):
+    from PIL import Image
+
+    batch, labels = [], []
+    for path in itertools.cycle(files):
+        with Image.open(path) as img:
+            arr = np.asarray(img.convert("RGB").resize(SIZE, Image.Resampling.BILINEAR), np.float32) / 255.0
+        if rng.random() < 0.5:
+            arr = arr[:, ::-1]
+        batch.append(arr)
+        labels.append(int(os.path.basename(os.path.dirname(path))[5:]))
+        if len(batch) == BATCH:
+            yield np.stack(batch), np.asarray(labels)
+            batch, labels = [], []
+
+
+def hand_written(files):
+    import tensorflow as tf
+
+    labels = [int(os.path.basename(os.path.dirname(p))[5:]) for p in files]
+
+    def load(path, label):
+        image = tf.io.decode_jpeg(tf.io.read_file(path), channels=3)
+        begin, size, _ = tf.image.sample_distorted_bounding_box(
+            tf.shape(image), tf.constant([[[0.0, 0.0, 1.0, 1.0]]]), min_object_covered=0.1,
+            aspect_ratio_range=(3 / 4, 4 / 3), area_range=(0.08, 1.0), max_attempts=10, use_image_if_no_bounding_boxes=True)
+        image = tf.image.resize(tf.slice(image, begin, size), SIZE)
+        return tf.image.random_flip_left_right(image) / 255.0, label
+
+    ds = tf.data.Dataset.from_tensor_slices((files, labels)).shuffle(len(files)).repeat()
+    return ds.map(load, num_parallel_calls=tf.data.AUTOTUNE).batch(BATCH).prefetch(tf.data.AUTOTUNE)
+
+
+def steady_rate(batches, *, warmup: int, measured: int) -> tuple:
+    """(images/s, CPU cores busy) over `measured` batches after `warmup` batches of one iterator.
+
+    Steady state, as a training loop sees it: a fresh tf.data iterator spends its first
+    second or two ramping up (autotune, thread pools), which would dominate short epochs.
+    """
+    it = iter(batches)
+    for _ in range(warmup):
+        next(it)
+    start, cpu = time.perf_counter(), time.process_time()
+    n = sum(int(next(it)[1].shape[0]) for _ in range(measured))
+    wall = time.perf_counter() - start
+    return n / wall, (time.process_time() - cpu) / wall
+
+
+def convert_images(root, out, *extra) -> tuple:
+    """(metadata, seconds) of converting the image tree `root` into `out` (replaced)."""
+    from beam_jobs import convert
+
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    start = time.perf_counter()
+    info = convert.run(["--source", "images", "--input", root, "--output", out, *extra])
+    return info, time.perf_counter() - start
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--images", type=int, default=2000)
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--batches", type=int, default=60, help="batches timed per run, after the warm-up")
+    p.add_argument("--warmup_batches", type=int, default=15)
+    p.add_argument("--large_images", type=int, default=300, help="2048x1536 JPEGs (phone-camera size)")
+    p.add_argument("--workdir", default="bench-out/data")
+    p.add_argument("--out", default="bench-out")
+    p.add_argument("--quick", action="store_true", help="300 images, 1 run")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.images, args.runs, args.large_images, args.batches, args.warmup_batches = 300, 1, 20, 10, 3
+    import ingest
+
+    root = corpus.ensure_images(args.workdir, args.images)
+    large = corpus.ensure_images(args.workdir, args.large_images, height=1536, width=2048)
+    corpora = {"500x375": root, "2048x1536": large}
+    files = {k: sorted(glob.glob(os.path.join(v, "*", "*.jpg"))) for k, v in corpora.items()}
+    datasets, conversions = {}, {}
+    for name, src in corpora.items():
+        datasets[name] = os.path.join(args.workdir, f"images-ds-{os.path.basename(src)}")
+        rates = []
+        for _ in range(min(args.runs, 3)):
+            info, seconds = convert_images(src, datasets[name])
+            rates.append(info.source["rows"] / seconds)
+        conversions[name] = statistics.median(rates)
+
+    rows = []
+    for name in corpora:
+        # Large images decode ~15x slower: time fewer batches of them.
+        scale = 1 if name == "500x375" else 5
+        measured = _input_rates(ingest, files[name], datasets[name], args, warmup=max(1, args.warmup_batches // scale),
+                                batches=max(2, args.batches // scale))
+        rows.extend({"corpus": name, **r} for r in measured)
+
+    sized = []
+    for name, src in corpora.items():
+        in_mb = sum(os.path.getsize(f) for f in files[name]) / 2**20
+        info, seconds = convert_images(src, os.path.join(args.workdir, "images-resized"), "--max_side", "512", "--reencode", "jpeg", "--quality", "90")
+        out_mb = sum(s.bytes for s in info.splits) / 2**20
+        sized.append({"corpus": name, "images": info.source["rows"], "input_mb": in_mb, "output_mb": out_mb,
+                      "size_ratio": out_mb / in_mb, "images_per_sec": info.source["rows"] / seconds})
+
+    print(f"\nImage input: JPEGs q90, {SIZE[0]}x{SIZE[1]} training batches of {BATCH} (random resized crop + flip); "
+          f"steady state, median of {args.runs} runs after a warm-up\n")
+    print(_measure.table(rows, ["corpus", "pipeline", "images_per_sec", "vs_naive", "vs_tf_data", "cores_busy"]))
+    print("\nConversion, originals kept (images/s): " + ", ".join(f"{k}: {v:,.0f}" for k, v in conversions.items()))
+    print("\nConversion with --max_side 512 --reencode jpeg --quality 90\n")
+    print(_measure.table(sized, ["corpus", "images", "input_mb", "output_mb", "size_ratio", "images_per_sec"]))
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "images.json"), "w") as f:
+        json.dump({"input": rows, "conversion_images_per_sec": conversions, "resized": sized}, f, indent=2)
+    return 0
+
+
+def _input_rates(ingest, files, dataset, args, *, warmup, batches) -> list:
+    rng = np.random.default_rng(0)
+    competitors = {
+        "naive (Pillow loop)": lambda: naive_batches(files, rng),
+        "hand-written tf.data": lambda: hand_written(files),
+        "make_dataset": lambda: ingest.make_dataset(dataset, batch_size=BATCH, image_size=SIZE, training=True, num_epochs=None),
+    }
+    rates = {name: [] for name in competitors}
+    busy = {name: [] for name in competitors}
+    for _ in range(args.runs):  # round-robin, so drift hits all alike
+        for name, make in competitors.items():
+            rate, cores = steady_rate(make(), warmup=warmup, measured=batches)
+            rates[name].append(rate)
+            busy[name].append(cores)
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    return [{"pipeline": name, "images_per_sec": rate, "vs_naive": rate / med["naive (Pillow loop)"],
+             "vs_tf_data": rate / med["hand-written tf.data"], "cores_busy": statistics.median(busy[name]), "runs": rates[name]}
+            for name, rate in med.items()]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""A real GCS server on loopback for tests, reachable by Beam, google-cloud-storage and TensorFlow.
+
+- The `gcp-storage-emulator` package serves the GCS JSON and download APIs over HTTP on
+  127.0.0.1. Beam and google-cloud-storage go there through STORAGE_EMULATOR_HOST.
+- TensorFlow's built-in GCS client has its endpoints compiled in
+  (https://www.googleapis.com/storage/v1/, https://storage.googleapis.com/<bucket>/...).
+  Its libcurl honours HTTPS_PROXY, so a small CONNECT proxy on 127.0.0.1 takes those
+  connections, terminates TLS with a certificate for both names (signed by a CA made
+  here, trusted through CURL_CA_BUNDLE), and relays the plain HTTP to the emulator.
+  No root, no /etc/hosts, no port 443. GOOGLE_AUTH_TOKEN_FOR_TESTING skips OAuth.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import select
+import socket
+import ssl
+import threading
+
+GCS_HOSTS = ("www.googleapis.com", "storage.googleapis.com")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_tls_files(directory: str) -> tuple:
+    """(ca.pem, leaf.pem, leaf.key) for GCS_HOSTS, signed by a fresh test CA."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ingest test CA")])
+    ca = (
+        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    leaf = (
+        x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, GCS_HOSTS[0])]))
+        .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(h) for h in GCS_HOSTS]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    paths = tuple(os.path.join(directory, n) for n in ("ca.pem", "leaf.pem", "leaf.key"))
+    with open(paths[0], "wb") as f:
+        f.write(ca.public_bytes(serialization.Encoding.PEM))
+    with open(paths[1], "wb") as f:
+        f.write(leaf.public_bytes(serialization.Encoding.PEM))
+    with open(paths[2], "wb") as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return paths
+
+
+class TlsRelayProxy:
+    """An HTTPS CONNECT proxy that terminates TLS for GCS_HOSTS and relays to a plain HTTP server."""
+
+    def __init__(self, upstream: tuple, cert: str, key: str):
+        self._upstream = upstream
+        self._context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self._context.load_cert_chain(cert, key)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.address = self._listener.getsockname()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self):
+        self._listener.settimeout(0.2)
+        while not self._stopped.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except (socket.timeout, OSError):
+                continue
+            threading.Thread(target=self._handle, args=(client,), daemon=True).start()
+
+    def _handle(self, client):
+        with contextlib.closing(client):
+            request = b""
+            while b"\r\n\r\n" not in request:
+                chunk = client.recv(4096)
+                if not chunk:
+                    return
+                request += chunk
+            target = request.split(b" ", 2)[1].decode()
+            if not request.startswith(b"CONNECT ") or target.rsplit(":", 1)[0] not in GCS_HOSTS:
+                client.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+                return
+            client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            try:
+                tls = self._context.wrap_socket(client, server_side=True)
+                upstream = socket.create_connection(self._upstream)
+            except (ssl.SSLError, OSError):
+                return
+            with contextlib.closing(tls), contextlib.closing(upstream):
+                _pump(tls, upstream)
+
+    def stop(self):
+        self._stopped.set()
+        self._listener.close()
+        self._thread.join(timeout=2)
+
+
+def _pump(a, b):
+    """Copies bytes both ways until either side closes."""
+    sockets = [a, b]
+    while True:
+        # TLS sockets may hold decrypted bytes that select() cannot see.
+        ready = [s for s in sockets if isinstance(s, ssl.SSLSocket) and s.pending()]
+        if not ready:
+            ready, _, _ = select.select(sockets, [], [], 30)
+            if not ready:
+                return
+        for s in ready:
+            try:
+                data = s.recv(65536)
+            except (ssl.SSLError, OSError):
+                return
+            if not data:
+                return
+            (b if s is a else a).sendall(data)
+
+
+class GcsEmulator:
+    """gcp-storage-emulator on 127.0.0.1, plus the TLS relay TensorFlow needs."""
+
+    def __init__(self, directory: str):
+        from gcp_storage_emulator.server import create_server
+
+        self.port = free_port()
+        self._server = create_server("127.0.0.1", self.port, in_memory=True)
+        self._server.start()
+        self.ca, cert, key = make_tls_files(directory)
+        self._proxy = TlsRelayProxy(("127.0.0.1", self.port), cert, key)
+
+    @property
+    def host(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict:
+        """Environment for Beam, google-cloud-storage and TensorFlow to use this server."""
+        return {
+            "STORAGE_EMULATOR_HOST": self.host,
+            "HTTPS_PROXY": "http://%s:%d" % self._proxy.address,
+            "https_proxy": "http://%s:%d" % self._proxy.address,
+            "NO_PROXY": "127.0.0.1,localhost",
+            "no_proxy": "127.0.0.1,localhost",
+            "CURL_CA_BUNDLE": self.ca,
+            "GOOGLE_AUTH_TOKEN_FOR_TESTING": "test-token",
+            "GOOGLE_CLOUD_PROJECT": "test-project",
+            # Bounded retries: a dead server fails fast instead of backing off for minutes.
+            "GCS_RETRY_CONFIG_MAX_RETRIES": "2",
+            "GCS_RETRY_CONFIG_INIT_DELAY_TIME_US": "100000",
+            "GCS_RETRY_CONFIG_MAX_DELAY_TIME_US": "500000",
+        }
+
+    def client(self):
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+
+        return storage.Client(project="test-project", credentials=AnonymousCredentials(), client_options={"api_endpoint": self.host})
+
+    def wipe(self):
+        self._server.wipe()
+
+    def stop(self):
+        self._proxy.stop()
+        self._server.stop()
