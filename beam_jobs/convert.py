@@ -316,6 +316,8 @@ def run(argv=None) -> contract.DatasetInfo | None:
     """Runs a conversion; returns the written metadata, or None if the runner did not run it here."""
     args, beam_args = build_parser().parse_known_args(argv)
     options = PipelineOptions(beam_args)
+    # Launch-time listing and checks use the same filesystem options (credentials, --no_auth) as the job.
+    FileSystems.set_options(options)
     cfg = make_config(args, options)
     logger.info(
         "converting %d %s (%.1f MB) into %s: columns %s, splits %s, shards %s",

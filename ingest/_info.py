@@ -25,6 +25,12 @@ def load_info(path: str) -> contract.DatasetInfo:
                 return contract.DatasetInfo.from_json(f.read())
         exists = tf.io.gfile.isdir(path)
         children = tf.io.gfile.listdir(path) if exists else []
+    except tf.errors.PermissionDeniedError as e:
+        raise PermissionError(
+            f"permission denied reading the dataset at {path}: {e.message}. Give the account read access "
+            "(e.g. roles/storage.objectViewer on the bucket) or check its credentials "
+            "(gcloud auth application-default login)"
+        ) from e
     except tf.errors.OpError as e:
         raise DatasetNotFoundError(f"cannot read dataset at {path}: {e.message}") from e
     if not exists:

@@ -7,6 +7,10 @@ import json
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from tests.gcs import TF_GCS_ENV  # noqa: E402  (before TensorFlow is imported, which reads them)
+
+for _k, _v in TF_GCS_ENV.items():
+    os.environ.setdefault(_k, _v)
 
 import pytest
 import tensorflow as tf

@@ -21,6 +21,15 @@ import ssl
 import threading
 
 GCS_HOSTS = ("www.googleapis.com", "storage.googleapis.com")
+# TensorFlow's GCS filesystem reads these when TensorFlow is imported: conftest sets them.
+TF_GCS_ENV = {
+    # 64 MB read blocks by default; 1 MB blocks make a test's server failure land mid-file.
+    "GCS_READ_CACHE_BLOCK_SIZE_MB": "1",
+    # Bounded retries: the default (10, backing off to 32 s) takes minutes to give up.
+    "GCS_RETRY_CONFIG_MAX_RETRIES": "2",
+    "GCS_RETRY_CONFIG_INIT_DELAY_TIME_US": "100000",
+    "GCS_RETRY_CONFIG_MAX_DELAY_TIME_US": "500000",
+}
 
 
 def free_port() -> int:
@@ -74,6 +83,9 @@ class TlsRelayProxy:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.address = self._listener.getsockname()
         self._stopped = threading.Event()
+        self.down = False  # refuse and drop connections: the server "goes away"
+        self.forbidden_bucket = "forbidden"  # requests touching it get GCS's 403 (IAM is not emulated)
+        self._open = set()
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
 
@@ -98,14 +110,33 @@ class TlsRelayProxy:
             if not request.startswith(b"CONNECT ") or target.rsplit(":", 1)[0] not in GCS_HOSTS:
                 client.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
                 return
+            if self.down:
+                return
             client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
             try:
                 tls = self._context.wrap_socket(client, server_side=True)
+                first = tls.recv(65536)
+                if self.forbidden_bucket and (f"/b/{self.forbidden_bucket}".encode() in first.split(b"\r\n", 1)[0]
+                                              or f" /{self.forbidden_bucket}/".encode() in first.split(b"\r\n", 1)[0]):
+                    body = b'{"error": {"code": 403, "message": "caller does not have storage.objects.get access"}}'
+                    tls.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                                b"Connection: close\r\n\r\n%s" % (len(body), body))
+                    return
                 upstream = socket.create_connection(self._upstream)
+                upstream.sendall(first)
             except (ssl.SSLError, OSError):
                 return
+            self._open.update((tls, upstream))
             with contextlib.closing(tls), contextlib.closing(upstream):
-                _pump(tls, upstream)
+                _pump(tls, upstream, lambda: self.down)
+            self._open.difference_update((tls, upstream))
+
+    def go_down(self):
+        """Drops open connections and refuses new ones, as a crashed server would."""
+        self.down = True
+        for s in list(self._open):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
 
     def stop(self):
         self._stopped.set()
@@ -113,16 +144,16 @@ class TlsRelayProxy:
         self._thread.join(timeout=2)
 
 
-def _pump(a, b):
-    """Copies bytes both ways until either side closes."""
+def _pump(a, b, stop=lambda: False):
+    """Copies bytes both ways until either side closes (or `stop()`)."""
     sockets = [a, b]
-    while True:
+    while not stop():
         # TLS sockets may hold decrypted bytes that select() cannot see.
         ready = [s for s in sockets if isinstance(s, ssl.SSLSocket) and s.pending()]
         if not ready:
-            ready, _, _ = select.select(sockets, [], [], 30)
+            ready, _, _ = select.select(sockets, [], [], 0.5)
             if not ready:
-                return
+                continue
         for s in ready:
             try:
                 data = s.recv(65536)
@@ -133,11 +164,35 @@ def _pump(a, b):
             (b if s is a else a).sendall(data)
 
 
+def _https_urls_for_gcs_hosts():
+    """The emulator builds upload and media URLs as http://<Host header>; real GCS (and the
+    TLS relay in front of the emulator) answers https://. The one seam patched here."""
+    from urllib.parse import urlparse
+
+    from gcp_storage_emulator import server
+
+    if getattr(server.Request, "_ingest_https", False):
+        return
+    original = server.Request.__init__
+
+    def init(self, request_handler, method):
+        original(self, request_handler, method)
+        if request_handler.headers.get("Host", "").split(":")[0] in GCS_HOSTS:
+            self._base_url = "https://" + request_handler.headers["Host"]
+            self._full_url = self._base_url + self._path
+            self._parsed_url = urlparse(self._full_url)
+
+    server.Request.__init__ = init
+    server.Request._ingest_https = True
+
+
 class GcsEmulator:
     """gcp-storage-emulator on 127.0.0.1, plus the TLS relay TensorFlow needs."""
 
     def __init__(self, directory: str):
         from gcp_storage_emulator.server import create_server
+
+        _https_urls_for_gcs_hosts()
 
         self.port = free_port()
         self._server = create_server("127.0.0.1", self.port, in_memory=True)
@@ -160,10 +215,6 @@ class GcsEmulator:
             "CURL_CA_BUNDLE": self.ca,
             "GOOGLE_AUTH_TOKEN_FOR_TESTING": "test-token",
             "GOOGLE_CLOUD_PROJECT": "test-project",
-            # Bounded retries: a dead server fails fast instead of backing off for minutes.
-            "GCS_RETRY_CONFIG_MAX_RETRIES": "2",
-            "GCS_RETRY_CONFIG_INIT_DELAY_TIME_US": "100000",
-            "GCS_RETRY_CONFIG_MAX_DELAY_TIME_US": "500000",
         }
 
     def client(self):
@@ -171,6 +222,10 @@ class GcsEmulator:
         from google.cloud import storage
 
         return storage.Client(project="test-project", credentials=AnonymousCredentials(), client_options={"api_endpoint": self.host})
+
+    @property
+    def proxy(self) -> TlsRelayProxy:
+        return self._proxy
 
     def wipe(self):
         self._server.wipe()

@@ -1,0 +1,175 @@
+"""gs:// end to end against a real GCS server on loopback (gcp-storage-emulator, see tests/gcs.py).
+
+The conversion writes through Beam's GCS filesystem (google-cloud-storage); the runtime
+reads through TensorFlow's built-in GCS filesystem. Nothing in the product knows it is
+talking to an emulator.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import ingest
+from beam_jobs import convert
+from beam_jobs.convert import ConversionError
+from tests.conftest import run_convert
+from tests.gcs import GcsEmulator
+
+ROWS = 4000
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def gcs(tmp_path_factory):
+    emulator = GcsEmulator(str(tmp_path_factory.mktemp("gcs")))
+    patch = pytest.MonkeyPatch()
+    for k, v in emulator.env().items():
+        patch.setenv(k, v)
+    client = emulator.client()
+    client.create_bucket("bkt")
+    client.bucket("bkt").blob("raw/part-0.csv").upload_from_string(
+        "id,x,label\n" + "".join(f"{i},{i * 0.25},{i % 3}\n" for i in range(ROWS)))
+    yield emulator
+    patch.undo()
+    emulator.stop()
+
+
+@pytest.fixture(scope="module")
+def converted(gcs):
+    info = run_convert("--source", "csv", "--input", "gs://bkt/raw/*.csv", "--output", "gs://bkt/ds",
+                       "--label", "label", "--num_shards", "4", "--splits", "train=0.9,eval=0.1")
+    return info
+
+
+def test_conversion_writes_shards_and_metadata_to_gcs(gcs, converted):
+    names = {b.name for b in gcs.client().list_blobs("bkt", prefix="ds/")}
+    assert "ds/dataset_info.json" in names
+    assert {f"ds/{s.filename}" for split in converted.splits for s in split.shards} <= names
+    assert not any("_ingest_tmp" in n for n in names)
+    assert sum(s.records for s in converted.splits) == ROWS
+
+
+def test_runtime_reads_gcs_and_a_model_trains_from_it(converted):
+    info = ingest.load_info("gs://bkt/ds")
+    assert info.split("train").records + info.split("eval").records == ROWS
+    ids = []
+    for features, _ in ingest.make_dataset("gs://bkt/ds", batch_size=128, split="train", label="label"):
+        ids.extend(features["id"].numpy().tolist())
+    for features, _ in ingest.make_dataset("gs://bkt/ds", batch_size=128, split="eval", label="label"):
+        ids.extend(features["id"].numpy().tolist())
+    assert sorted(ids) == list(range(ROWS))
+
+    ds = ingest.make_dataset("gs://bkt/ds", batch_size=64, features=["x"], label="label", num_epochs=None,
+                             preprocess=lambda f, y: (f["x"][:, None], y))
+    model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(3)])
+    model.compile("sgd", tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(ds, steps_per_epoch=5, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+
+
+def test_images_from_a_manifest_of_gcs_paths(gcs, tmp_path):
+    from PIL import Image
+
+    bucket = gcs.client().bucket("bkt")
+    for i in range(3):
+        buf = io.BytesIO()
+        Image.new("RGB", (20 + i, 10), (i * 40, 0, 0)).save(buf, "PNG")
+        bucket.blob(f"img/{i}.png").upload_from_string(buf.getvalue())
+    bucket.blob("img/manifest.csv").upload_from_string(
+        "path,label\n0.png,a\n1.png,b\ngs://bkt/img/2.png,a\nmissing.png,b\n")
+    info = run_convert("--source", "images", "--input", "gs://bkt/img/manifest.csv", "--output", "gs://bkt/img-ds",
+                       "--max_bad_fraction", "0.5")
+    assert info.split("train").records == 3 and info.quarantine["reasons"] == {"unreadable": 1}
+    images, labels = next(iter(ingest.make_dataset("gs://bkt/img-ds", batch_size=3, image_size=(8, 8), training=False)))
+    assert images.shape == (3, 8, 8, 3) and sorted(labels.numpy().tolist()) == [0, 0, 1]
+
+
+def test_missing_bucket_and_missing_dataset_name_the_path(gcs):
+    with pytest.raises(ingest.DatasetNotFoundError, match="gs://no-such-bucket/ds"):
+        ingest.make_dataset("gs://no-such-bucket/ds", batch_size=8)
+    with pytest.raises(ConversionError, match="gs://no-such-bucket/raw"):
+        run_convert("--source", "csv", "--input", "gs://no-such-bucket/raw/*.csv", "--output", "gs://bkt/never")
+
+
+def test_permission_denied_is_a_clear_error(gcs):
+    # IAM is not emulated: the TLS relay answers 403 for this bucket, as GCS would.
+    with pytest.raises(PermissionError, match=r"(?s)permission denied reading the dataset at gs://forbidden/ds: .*403.*objectViewer"):
+        ingest.load_info("gs://forbidden/ds")
+    with pytest.raises(PermissionError, match="gs://forbidden/ds"):
+        ingest.make_dataset("gs://forbidden/ds", batch_size=8)
+
+
+def test_missing_shard_object_fails_naming_it(gcs, converted):
+    client = gcs.client()
+    src = client.bucket("bkt").blob("ds/dataset_info.json").download_as_bytes()
+    bucket = client.bucket("bkt")
+    for blob in client.list_blobs("bkt", prefix="ds/"):
+        bucket.copy_blob(blob, bucket, blob.name.replace("ds/", "ds-copy/", 1))
+    shard = converted.split("train").shards[1].filename
+    bucket.blob(f"ds-copy/{shard}").delete()
+    assert src
+    start = time.monotonic()
+    with pytest.raises(tf.errors.OpError, match=shard):
+        for _ in ingest.make_dataset("gs://bkt/ds-copy", batch_size=256, split="train"):
+            pass
+    assert time.monotonic() - start < 120
+
+
+def test_server_going_away_mid_read_fails_in_bounded_time(gcs, tmp_path):
+    # 24 MB in 2 shards: far more than TensorFlow's GCS reads buffer ahead.
+    blob = "z" * 2000
+    local = tmp_path / "big.csv"
+    local.write_text("id,blob\n" + "".join(f"{i},{blob}\n" for i in range(12000)))
+    run_convert("--source", "csv", "--input", local, "--output", "gs://bkt/big", "--num_shards", "2")
+    ds = ingest.make_dataset("gs://bkt/big", batch_size=16, shuffle=False,
+                             options=ingest.PipelineOptions(read_buffer_bytes=65536, prefetch=1))
+    outcome = {}
+
+    def consume():
+        try:
+            for i, _ in enumerate(ds):
+                if i == 2:
+                    gcs.proxy.go_down()
+            outcome["result"] = "finished"
+        except tf.errors.OpError as e:
+            outcome["result"] = e
+
+    t = threading.Thread(target=consume, daemon=True)
+    try:
+        t.start()
+        t.join(timeout=120)
+    finally:
+        gcs.proxy.down = False
+    assert not t.is_alive(), "reading hung after the server went away"
+    assert isinstance(outcome["result"], tf.errors.OpError), outcome
+    assert "gs://bkt/big/train-" in str(outcome["result"])
+
+
+def test_a_job_failing_mid_write_leaves_no_metadata_and_a_rerun_succeeds(gcs):
+    client = gcs.client()
+    bucket = client.bucket("bkt")
+    for i in range(3):
+        bucket.blob(f"flaky/part-{i}.csv").upload_from_string("a,b\n" + "".join(f"{j},{i}\n" for j in range(500)))
+    argv = ["--source", "csv", "--input", "gs://bkt/flaky/*.csv", "--output", "gs://bkt/flaky-ds", "--num_shards", "2"]
+    args, beam_args = convert.build_parser().parse_known_args(argv)
+    options = convert.PipelineOptions(beam_args)
+    cfg = convert.make_config(args, options)
+    bucket.blob("flaky/part-2.csv").delete()  # vanishes after launch: a worker fails mid-job
+    with pytest.raises(Exception, match="part-2.csv"):
+        convert.build_pipeline(cfg, options).run().wait_until_finish()
+    names = {b.name for b in client.list_blobs("bkt", prefix="flaky-ds/")}
+    assert "flaky-ds/dataset_info.json" not in names
+    with pytest.raises(ingest.DatasetNotFoundError):
+        ingest.load_info("gs://bkt/flaky-ds")
+
+    bucket.blob("flaky/part-2.csv").upload_from_string("a,b\n" + "".join(f"{j},2\n" for j in range(500)))
+    info = run_convert(*argv)
+    assert info.split("train").records == 1500
+    names = {b.name for b in client.list_blobs("bkt", prefix="flaky-ds/")}
+    assert not any("_ingest_tmp" in n for n in names), names
