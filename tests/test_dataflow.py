@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from apache_beam.options.pipeline_options import PipelineOptions
+import pathlib
+import subprocess
+import sys
+import tarfile
+import zipfile
+
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions, SetupOptions
 
 from beam_jobs import convert
 from tests.conftest import write_text
@@ -36,3 +43,64 @@ def test_run_through_the_cli_with_dry_run_writes_nothing(tmp):
     info = convert.run(["--source", "csv", "--input", str(src), "--output", str(tmp / "out"), *DATAFLOW_FLAGS])
     assert info is None
     assert not (tmp / "out" / "dataset_info.json").exists()
+
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _staged(options, tmp) -> dict:
+    """What Beam's stager (the code DataflowRunner calls at submission) would upload: {name: local file}."""
+    from apache_beam.runners.portability.stager import Stager
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    resources = Stager.create_job_resources(options, str(tmp), log_submission_env_dependencies=False)
+    return {_staged_name(r): _local_path(r) for r in resources}
+
+
+def _staged_name(artifact) -> str:
+    from apache_beam.portability.api import beam_runner_api_pb2
+
+    payload = beam_runner_api_pb2.ArtifactStagingToRolePayload.FromString(artifact.role_payload)
+    return payload.staged_name
+
+
+def _local_path(artifact) -> str:
+    from apache_beam.portability.api import beam_runner_api_pb2
+
+    return beam_runner_api_pb2.ArtifactFilePayload.FromString(artifact.type_payload).path
+
+
+def _translate(tmp, *extra):
+    src = write_text(tmp / "in" / "a.csv", "x,y\n1,a\n2,b\n")
+    argv = ["--source", "csv", "--input", str(src), "--output", str(tmp / "out"), *DATAFLOW_FLAGS, *extra]
+    args, beam_args = convert.build_parser().parse_known_args(argv)
+    options = PipelineOptions(beam_args)
+    result = convert.build_pipeline(convert.make_config(args, options), options).run()
+    steps = {t.unique_name for t in result.job.proto_pipeline.components.transforms.values()}
+    assert any(name.startswith("Convert/ConvertFiles") for name in steps)
+    return options, result
+
+
+@pytest.mark.slow
+def test_setup_file_stages_an_sdist_with_both_packages(tmp):
+    options, result = _translate(tmp, f"--setup_file={REPO / 'pyproject.toml'}")
+    assert result.job.options.view_as(SetupOptions).setup_file == str(REPO / "pyproject.toml")
+    staged = _staged(options, tmp / "staging")
+    assert "workflow.tar.gz" in staged
+    with tarfile.open(staged["workflow.tar.gz"]) as tar:
+        names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+    assert {"beam_jobs/_pipeline.py", "beam_jobs/_images.py", "ingest/contract.py", "pyproject.toml"} <= names
+
+
+@pytest.mark.slow
+def test_extra_package_stages_a_built_wheel(tmp):
+    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp / "dist"), str(REPO)],
+                   check=True, capture_output=True)
+    (wheel,) = (tmp / "dist").glob("ingest-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        assert {"beam_jobs/convert.py", "ingest/contract.py"} <= set(z.namelist())
+    options, result = _translate(tmp, f"--extra_package={wheel}")
+    assert result.job.options.view_as(SetupOptions).extra_packages == [str(wheel)]
+    staged = _staged(options, tmp / "staging")
+    assert wheel.name in staged and "extra_packages.txt" in staged
+    assert open(staged["extra_packages.txt"]).read().split() == [wheel.name]
