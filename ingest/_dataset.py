@@ -389,6 +389,10 @@ def make_dataset(
     flip; `training=False` a central crop. `channels` is 1 or 3; `image_dtype` uint8,
     float32 or bfloat16; `normalize` None (0-255), "unit" ([0, 1], the default for
     floats), "imagenet" or (mean, std) in [0, 1] units.
+
+    `service="grpc://host:port"` runs the pipeline on a tf.data service cluster
+    (`python -m ingest service ...`); `processing_mode` "distributed_epoch" splits the
+    shards among its workers, "parallel_epochs" gives each worker every record.
     """
     opts = options or PipelineOptions()
     req = _validate(

@@ -108,7 +108,9 @@ def _batch_size(batch) -> int:
     import tensorflow as tf
 
     first = tf.nest.flatten(batch)[0]
-    return int(first.shape[0]) if first.shape.rank else 1
+    shape = getattr(first, "shape", ())  # a tf.Tensor or a NumPy array
+    rank = shape.rank if isinstance(shape, tf.TensorShape) else len(shape)
+    return int(shape[0]) if rank else 1
 
 
 def measure_idle(dataset, *, step_time_ms: float | Callable[[int], float], steps: int | None = None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+import time
 
 import tensorflow as tf
 
@@ -25,9 +26,17 @@ def _strip_protocol(address: str) -> str:
 
 def _serve_until_stopped(server, what: str) -> None:
     # SIGTERM (Kubernetes, systemd) stops the server cleanly instead of killing mid-RPC.
-    signal.signal(signal.SIGTERM, lambda *_: (server.stop(), sys.exit(0)))
+    # The servers run on their own threads; the main thread waits in Python, not in
+    # server.join(), so that the signal handler gets to run.
+    def stop(*_):
+        server.stop()
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     print(f"{what} serving", flush=True)
-    server.join()
+    while True:
+        time.sleep(3600)
 
 
 def run_dispatcher(*, port: int, work_dir: str | None = None, fault_tolerant: bool = False,

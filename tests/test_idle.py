@@ -65,3 +65,11 @@ def test_keras_train_step_consumer_measures_wait_and_step():
     assert report.steps == 17
     assert np.median(report.steady_waits) > 0.012  # the 15 ms load is paid in next()
     assert report.total_step_time > report.total_wait > 0
+
+
+def test_plain_python_iterables_of_numpy_batches_are_measured_too():
+    import numpy as np
+
+    batches = ((np.zeros((8, 3)), np.zeros(8)) for _ in range(12))
+    report = ingest.measure_idle(batches, step_time_ms=1, warmup_steps=2)
+    assert report.examples == 10 * 8 and len(report.waits) == 12  # steady-state examples; waits include warm-up
