@@ -59,6 +59,8 @@ def main(argv=None) -> int:
     work.add_argument("--dispatcher", required=True, help="HOST:PORT or grpc://HOST:PORT")
     work.add_argument("--port", type=int, default=0, help="0 picks a free port")
     work.add_argument("--worker_address", "--worker-address", help="HOST:%%port% trainers use to reach this worker (default localhost:%%port%)")
+    work.add_argument("--heartbeat_interval_ms", "--heartbeat-interval-ms", type=int,
+                      help="how often to report to the dispatcher; keep well under its --worker_timeout_ms")
     args = p.parse_args(argv)
     if args.command == "service":
         return _service(args)
@@ -89,7 +91,8 @@ def _service(args) -> int:
         _service.run_dispatcher(port=args.port, work_dir=args.work_dir, fault_tolerant=args.fault_tolerant,
                                 worker_timeout_ms=args.worker_timeout_ms)
     else:
-        _service.run_worker(dispatcher=args.dispatcher, port=args.port, worker_address=args.worker_address)
+        _service.run_worker(dispatcher=args.dispatcher, port=args.port, worker_address=args.worker_address,
+                            heartbeat_interval_ms=args.heartbeat_interval_ms)
     return 0
 
 

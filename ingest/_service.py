@@ -50,11 +50,18 @@ def run_dispatcher(*, port: int, work_dir: str | None = None, fault_tolerant: bo
     _serve_until_stopped(server, f"tf.data service dispatcher at {server.target}")
 
 
-def run_worker(*, dispatcher: str, port: int = 0, worker_address: str | None = None) -> None:
-    """Runs a worker registered with `dispatcher` ("host:port" or "grpc://host:port")."""
-    config = tf.data.experimental.service.WorkerConfig(
-        dispatcher_address=_strip_protocol(dispatcher), port=port,
-        **({"worker_address": worker_address} if worker_address else {}),
-    )
+def run_worker(*, dispatcher: str, port: int = 0, worker_address: str | None = None,
+               heartbeat_interval_ms: int | None = None) -> None:
+    """Runs a worker registered with `dispatcher` ("host:port" or "grpc://host:port").
+
+    Its heartbeat interval must stay well under the dispatcher's worker timeout, or live
+    workers are declared dead between heartbeats.
+    """
+    extra = {}
+    if worker_address:
+        extra["worker_address"] = worker_address
+    if heartbeat_interval_ms:
+        extra["heartbeat_interval_ms"] = heartbeat_interval_ms
+    config = tf.data.experimental.service.WorkerConfig(dispatcher_address=_strip_protocol(dispatcher), port=port, **extra)
     server = tf.data.experimental.service.WorkerServer(config)
     _serve_until_stopped(server, f"tf.data service worker (port {port or 'any'}) for dispatcher {dispatcher}")

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -44,11 +43,11 @@ def _start(*args) -> subprocess.Popen:
 
 
 class Cluster:
-    def __init__(self, workers: int, *dispatcher_args):
+    def __init__(self, workers: int, *, dispatcher_args=(), worker_args=()):
         port = free_port()
         self.address = f"grpc://127.0.0.1:{port}"
         self.dispatcher = _start("dispatcher", "--port", port, *dispatcher_args)
-        self.workers = [_start("worker", "--dispatcher", self.address) for _ in range(workers)]
+        self.workers = [_start("worker", "--dispatcher", self.address, *worker_args) for _ in range(workers)]
 
     def stop(self):
         for p in [*self.workers, self.dispatcher]:
@@ -81,37 +80,6 @@ def test_parallel_epochs_delivers_each_record_once_per_worker(dataset, cluster):
     ds = ingest.make_dataset(dataset, batch_size=64, label=False, service=cluster.address, processing_mode="parallel_epochs")
     counts = collections.Counter(_ids(ds))
     assert set(counts) == set(range(ROWS)) and set(counts.values()) == {2}
-
-
-def test_a_worker_killed_mid_epoch_does_not_hang_the_consumer(dataset):
-    c = Cluster(2, "--worker_timeout_ms", 2000)
-    try:
-        ds = ingest.make_dataset(dataset, batch_size=16, label=False, service=c.address, processing_mode="distributed_epoch")
-        seen, outcome = [], {}
-
-        def consume():
-            try:
-                for i, batch in enumerate(ds):
-                    seen.extend(int(v) for v in batch["id"].numpy())
-                    if i == 5:
-                        c.workers[0].kill()  # SIGKILL: no goodbye to the dispatcher
-                    time.sleep(0.01)
-                outcome["result"] = "finished"
-            except Exception as e:  # noqa: BLE001 - any clear error is an acceptable outcome
-                outcome["result"] = e
-
-        t = threading.Thread(target=consume, daemon=True)
-        t.start()
-        t.join(timeout=180)
-        assert not t.is_alive(), "the consumer hung after a worker died"
-        # tf.data promises at-most-once delivery in distributed_epoch mode: the surviving
-        # worker finishes the epoch; records the dead worker held may be lost, never repeated.
-        if outcome["result"] == "finished":
-            assert len(seen) == len(set(seen)) and len(seen) > 6 * 16
-        else:
-            assert "worker" in str(outcome["result"]).lower() or "unavailable" in str(outcome["result"]).lower()
-    finally:
-        c.stop()
 
 
 def test_service_arguments_are_checked(dataset):
