@@ -158,8 +158,9 @@ class DatasetInfo:
     format_version: int = FORMAT_VERSION
     # Class names of an integer label: labels[i] is the name of class i (sorted at conversion).
     labels: tuple = ()
-    # Image datasets: {"feature": the encoded-image feature, "stored": how images were
-    # stored, "counts": formats and actions}. Empty for tabular data.
+    # Image datasets: {"feature": the encoded-image feature, "stored": the storing options,
+    # "formats": images per stored format, "actions": re-encoded/resized/... counts}.
+    # Empty for tabular data.
     image: Mapping = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
