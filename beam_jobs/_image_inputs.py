@@ -15,10 +15,9 @@ import posixpath
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
-from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_jobs import _typing
+from beam_jobs import _sources, _typing
 from beam_jobs._images import IMAGE_COLUMNS, ImageEntry
 
 __all__ = ["ImageCorpus", "is_manifest", "list_folder", "read_manifest", "work_items", "IMAGE_EXTENSIONS"]
@@ -86,10 +85,10 @@ def list_folder(root: str) -> ImageCorpus:
 
 def _read_table(path: str) -> pa.Table:
     try:
-        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-            if path.lower().endswith(".parquet"):
+        if path.lower().endswith(".parquet"):
+            with _sources.open_parquet(path) as f:
                 return pq.read_table(f)
-            stream = pa.CompressedInputStream(pa.PythonFile(f, mode="r"), "gzip") if path.endswith(".gz") else f
+        with _sources.CsvInput(path) as stream:  # gzip decoded by Arrow, as for CSV corpora
             return pacsv.read_csv(stream)
     except Exception as e:
         raise ImageInputError(f"cannot read manifest {path}: {e}") from e

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import warnings
 from typing import Iterator
 
 import numpy as np
@@ -126,17 +125,12 @@ def prepare_image(data: bytes, opts: ImageOptions) -> Prepared:
     if needs_resize and fmt == "jpeg":
         img.draft("RGB", _fit(width, height, opts.max_side))  # DCT scaling: decodes at 1/2..1/8 directly
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            img.load()
+        img.load()
     except Exception as e:  # Pillow raises OSError, SyntaxError, ValueError, struct.error...
         raise BadImage("corrupt", f"{fmt.upper() or 'image'} data does not decode: {e}") from None
-    channels = _CHANNELS.get(img.mode, len(img.getbands()))
-    if img.mode == "P":
-        channels = 4 if "transparency" in img.info else 3
     target = opts.reencode or (None if fmt in TF_DECODABLE else "png")
     if target is None and not needs_resize:
-        return Prepared(data, fmt, height, width, channels, ())
+        return Prepared(data, fmt, height, width, _channels(img), ())
     actions = []
     if target is None:  # resizing only: keep JPEG as JPEG, anything else becomes PNG
         target = "jpeg" if fmt == "jpeg" else "png"
@@ -158,10 +152,14 @@ def prepare_image(data: bytes, opts: ImageOptions) -> Prepared:
         img.save(out, "JPEG", quality=opts.quality, optimize=False)
     else:
         img.save(out, "PNG", compress_level=6)
-    channels = _CHANNELS.get(img.mode, len(img.getbands()))
+    return Prepared(out.getvalue(), target, img.size[1], img.size[0], _channels(img), tuple(actions))
+
+
+def _channels(img) -> int:
+    """Channels a decoder returns for this image (palette images decode to RGB or RGBA)."""
     if img.mode == "P":
-        channels = 4 if "transparency" in img.info else 3
-    return Prepared(out.getvalue(), target, img.size[1], img.size[0], channels, tuple(actions))
+        return 4 if "transparency" in img.info else 3
+    return _CHANNELS.get(img.mode, len(img.getbands()))
 
 
 def _fit(width: int, height: int, max_side: int) -> tuple:

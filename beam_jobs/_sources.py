@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-__all__ = ["CsvFormat", "Chunk", "BadRow", "read_csv_header", "iter_csv_chunks", "read_parquet_schema", "iter_parquet_chunks"]
+__all__ = ["CsvFormat", "Chunk", "BadRow", "CsvInput", "open_parquet", "read_csv_header", "iter_csv_chunks", "read_parquet_schema", "iter_parquet_chunks"]
 
 DEFAULT_NULL_VALUES = ("", "NA", "N/A", "null", "NULL")
 
@@ -54,7 +54,7 @@ class Chunk:
     counters: dict = dataclasses.field(default_factory=dict)  # summed into the metadata
 
 
-class _CsvInput:
+class CsvInput:
     """Opens a CSV through Beam's filesystems; gzip is decoded by Arrow, in C++."""
 
     def __init__(self, path: str):
@@ -95,7 +95,7 @@ def _csv_reader(f, fmt: CsvFormat, path: str, handler=None, column_types=None):
 
 
 def read_csv_header(path: str, fmt: CsvFormat) -> list:
-    with _CsvInput(path) as f:
+    with CsvInput(path) as f:
         reader = _csv_reader(f, fmt, path, handler=lambda row: "skip")
         names = list(reader.schema.names)
     dupes = sorted({n for n in names if names.count(n) > 1})
@@ -138,7 +138,7 @@ def iter_csv_chunks(path: str, header: list, fmt: CsvFormat, columns: list) -> I
             skipped.add(row.number)
         return "skip"
 
-    with _CsvInput(path) as f:
+    with CsvInput(path) as f:
         reader = _csv_reader(f, fmt, path, handler=on_invalid, column_types={c: pa.binary() for c in header})
         names = list(reader.schema.names)
         if names != header:
@@ -191,14 +191,14 @@ def row_text(batch: pa.RecordBatch, i: int, fmt: CsvFormat) -> str:
 
 
 def read_parquet_schema(path: str) -> pa.Schema:
-    with _open_parquet(path) as f:
+    with open_parquet(path) as f:
         try:
             return pq.ParquetFile(f).schema_arrow
         except pa.ArrowException as e:
             raise ValueError(f"cannot read Parquet file {path}: {e}") from e
 
 
-def _open_parquet(path: str):
+def open_parquet(path: str):
     try:
         # Parquet needs random access: no decompression wrapper.
         return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
@@ -207,7 +207,7 @@ def _open_parquet(path: str):
 
 
 def iter_parquet_chunks(path: str, columns: list, batch_rows: int = 32768) -> Iterator[Chunk]:
-    with _open_parquet(path) as f:
+    with open_parquet(path) as f:
         try:
             pf = pq.ParquetFile(f)
             missing = [c for c in columns if c not in pf.schema_arrow.names]

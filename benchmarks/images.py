@@ -32,6 +32,11 @@ SIZE = (224, 224)
 BATCH = 64
 
 
+def _label_of(path: str) -> int:
+    """The class index of corpus.ensure_images' layout: ROOT/classNN/<file>."""
+    return int(os.path.basename(os.path.dirname(path))[len("class"):])
+
+
 def naive_batches(files, rng):
     from PIL import Image
 
@@ -42,7 +47,7 @@ def naive_batches(files, rng):
         if rng.random() < 0.5:
             arr = arr[:, ::-1]
         batch.append(arr)
-        labels.append(int(os.path.basename(os.path.dirname(path))[5:]))
+        labels.append(_label_of(path))
         if len(batch) == BATCH:
             yield np.stack(batch), np.asarray(labels)
             batch, labels = [], []
@@ -51,7 +56,7 @@ def naive_batches(files, rng):
 def hand_written(files):
     import tensorflow as tf
 
-    labels = [int(os.path.basename(os.path.dirname(p))[5:]) for p in files]
+    labels = [_label_of(p) for p in files]
 
     def load(path, label):
         image = tf.io.decode_jpeg(tf.io.read_file(path), channels=3)

@@ -26,6 +26,7 @@ import tensorflow as tf
 from ingest import _images, _plan, contract
 from ingest._info import load_info
 from ingest._options import PipelineOptions
+from ingest._service import PROCESSING_MODES
 
 __all__ = ["make_dataset", "skipped_corrupt_records"]
 
@@ -95,8 +96,8 @@ def _validate(path, *, batch_size, split, features, label, num_epochs, cache, pr
         if not isinstance(service, str) or not service.strip():
             raise ValueError(f"service must be a dispatcher address like 'grpc://host:5050', got {service!r}")
         service = service if "://" in service else "grpc://" + service
-        if processing_mode not in _service_modes():
-            raise ValueError(f"processing_mode must be one of {_service_modes()}, got {processing_mode!r}")
+        if processing_mode not in PROCESSING_MODES:
+            raise ValueError(f"processing_mode must be one of {PROCESSING_MODES}, got {processing_mode!r}")
     if static_shapes and not drop_remainder:
         raise ValueError("static_shapes=True needs drop_remainder=True, so that the batch dimension is fixed")
     info = load_info(path)
@@ -148,10 +149,6 @@ def _validate(path, *, batch_size, split, features, label, num_epochs, cache, pr
         deterministic=deterministic, seed=seed, static_shapes=bool(static_shapes),
         pad_lengths=pad_lengths, image=image, service=service, processing_mode=processing_mode,
     )
-
-
-def _service_modes() -> tuple:
-    return ("distributed_epoch", "parallel_epochs")
 
 
 def _image_request(info, path, features, image_args):
@@ -248,13 +245,15 @@ def _tf_options(req: _Request, opts: PipelineOptions, *, sharded: bool) -> tf.da
 _COUNT_BLOCK = 64  # records per block read from a shard: amortizes the checks and the interleave
 
 
+_SHARD_FIX = "Reconvert the dataset, or pass skip_corrupt=True to skip the rest of a bad shard."
+
+
 def _shard_error(filename, expected, read):
     name = filename.numpy().decode("utf-8", "replace")
     raise tf.errors.DataLossError(
         None, None,
         f"shard {name} is corrupt, truncated or unreadable: read {int(read.numpy())} of {int(expected.numpy())} "
-        "records (the underlying error is logged above). Reconvert the dataset, or pass skip_corrupt=True "
-        "to skip the rest of a bad shard.",
+        f"records (the underlying error is logged above). {_SHARD_FIX}",
     )
 
 
@@ -277,7 +276,7 @@ def _reader(req: _Request, opts: PipelineOptions, skip_corrupt: bool):
         else:
             done = tf.debugging.Assert(False, [
                 "shard", filename, "is corrupt, truncated or unreadable: read", total, "of", expected,
-                "records. Reconvert the dataset, or pass skip_corrupt=True to skip the rest of a bad shard."])
+                "records.", _SHARD_FIX])
         with tf.control_dependencies([done]):
             return tf.identity(expected - total)
 
@@ -438,39 +437,37 @@ def make_dataset(
         ds = ds.repeat(req.num_epochs)
     if req.image is not None:
         ds = _decoded_images(ds, req, opts, seed=seed, skip_corrupt=skip_corrupt, drop_remainder=drop_remainder)
-        if req.num_epochs is not None and check_counts:
-            total = plan.records * req.num_epochs
-            ds = ds.apply(tf.data.experimental.assert_cardinality(_plan.batches(total, batch_size, drop_remainder=drop_remainder)))
-        return _finish(ds, req, opts, preprocess, num_pipelines)
-    # Parse big blocks (cheaper per record), then cut them into the batches asked for.
-    # Symbolic checkpoints cannot hold a rebatch: then parse each batch as it is.
-    block = batch_size if opts.symbolic_checkpoint else _plan.parse_block(batch_size, opts.parse_block)
-    parse, split_label = _make_parser(req)
-    ds = ds.batch(block, drop_remainder=drop_remainder and block == batch_size)
-    ds = ds.map(parse, num_parallel_calls=parallel, deterministic=req.deterministic)
-    if block != batch_size:
-        ds = ds.rebatch(batch_size, drop_remainder=drop_remainder)
+    else:
+        ds = _parsed_batches(ds, req, opts, drop_remainder=drop_remainder)
     if req.num_epochs is not None and check_counts:
         total = plan.records * req.num_epochs
         ds = ds.apply(tf.data.experimental.assert_cardinality(_plan.batches(total, batch_size, drop_remainder=drop_remainder)))
-    if split_label is not None:
-        ds = ds.map(split_label)
-    return _finish(ds, req, opts, preprocess, num_pipelines)
-
-
-def _finish(ds, req, opts, preprocess, num_pipelines):
     if preprocess is not None:
-        ds = ds.map(preprocess, num_parallel_calls=opts.num_parallel_calls or tf.data.AUTOTUNE, deterministic=req.deterministic)
+        ds = ds.map(preprocess, num_parallel_calls=parallel, deterministic=req.deterministic)
     if req.service is not None:
         # Everything above runs on the service's workers; the client only receives batches.
         ds = ds.with_options(_tf_options(req, opts, sharded=num_pipelines > 1))
         ds = ds.apply(tf.data.experimental.service.distribute(processing_mode=req.processing_mode, service=req.service))
-    ds = ds.prefetch(opts.prefetch if opts.prefetch is not None else tf.data.AUTOTUNE)
+    ds = ds.prefetch(opts.prefetch if opts.prefetch is not None else autotune)
     return ds.with_options(_tf_options(req, opts, sharded=num_pipelines > 1))
 
 
+def _parsed_batches(ds, req, opts, *, drop_remainder):
+    """Serialized records -> batches of parsed features (and the label apart, if any)."""
+    # Parse big blocks (cheaper per record), then cut them into the batches asked for.
+    # Symbolic checkpoints cannot hold a rebatch: then parse each batch as it is.
+    batch_size = req.batch_size
+    block = batch_size if opts.symbolic_checkpoint else _plan.parse_block(batch_size, opts.parse_block)
+    parse, split_label = _make_parser(req)
+    ds = ds.batch(block, drop_remainder=drop_remainder and block == batch_size)
+    ds = ds.map(parse, num_parallel_calls=opts.num_parallel_calls or tf.data.AUTOTUNE, deterministic=req.deterministic)
+    if block != batch_size:
+        ds = ds.rebatch(batch_size, drop_remainder=drop_remainder)
+    return ds.map(split_label) if split_label is not None else ds
+
+
 def _decoded_images(ds, req, opts, *, seed, skip_corrupt, drop_remainder):
-    """Serialized records -> (image, label) batches: parse in blocks, decode per image, finish per batch."""
+    """Serialized records -> (image, label) batches: parse, decode, augment and finish per image."""
     parallel = opts.num_parallel_calls or tf.data.AUTOTUNE
     encoded_key = req.info.image["feature"]
     specs = {encoded_key: tf.io.FixedLenFeature([], tf.string)}

@@ -119,11 +119,14 @@ def decode_fn(spec: ImageSpec, *, all_jpeg: bool = False):
             scale = tf.reduce_sum(tf.cast(tf.logical_and(h >= _SCALES * spec.size[0], w >= _SCALES * spec.size[1]), tf.int32))
 
             def at(ratio):
-                # Round the window inwards, so no scaled pixel averages pixels from outside it.
-                top, left = -(-y // ratio), -(-x // ratio)
-                bottom, right = (y + h) // ratio, (x + w) // ratio
-                window = tf.stack([top, left, bottom - top, right - left])
-                return lambda: tf.io.decode_and_crop_jpeg(encoded, window, channels=channels, ratio=ratio)
+                def decode_scaled():
+                    # Round the window inwards, so no scaled pixel averages pixels from outside it.
+                    top, left = -(-y // ratio), -(-x // ratio)
+                    bottom, right = (y + h) // ratio, (x + w) // ratio
+                    window = tf.stack([top, left, bottom - top, right - left])
+                    return tf.io.decode_and_crop_jpeg(encoded, window, channels=channels, ratio=ratio)
+
+                return decode_scaled
 
             return tf.switch_case(scale, [at(1), at(2), at(4), at(8)])
 
