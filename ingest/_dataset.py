@@ -152,7 +152,9 @@ def _validate(path, *, batch_size, split, features, label, num_epochs, cache, pr
 
 
 def _image_request(info, path, features, image_args):
-    image_size = (image_args or {}).get("image_size")
+    if image_args is None:
+        return None  # raw records asked for (read_records, diagnose)
+    image_size = image_args.get("image_size")
     if not info.image:
         if image_size is not None:
             raise ValueError(f"image_size is for image datasets; {path} holds no images (features: {[f.name for f in info.features]})")

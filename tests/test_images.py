@@ -347,3 +347,9 @@ def test_large_jpeg_windows_decoded_at_reduced_scale_match_the_full_decode(tmp, 
     jpeg, png = outputs  # same seeds: the same windows; JPEG ones go through DCT scaling, PNG ones do not
     assert jpeg.shape == png.shape == (8, 64, 64, 3)
     assert np.abs(jpeg - png).mean() < 3.0
+
+
+def test_raw_records_of_an_image_dataset_can_be_read_without_decoding(image_dataset):
+    from ingest._dataset import read_records  # the read stage diagnose measures
+
+    assert sum(1 for _ in read_records(image_dataset)) == 21
