@@ -1,15 +1,18 @@
-"""Columnar encoder: Arrow record batch -> serialized `tf.train.Example` records.
+"""Columnar encoder: Arrow columns -> serialized `tf.train.Example` records, optionally framed.
 
-Building one protobuf object per row costs ~70 us for a 21-feature row (the naive
-converter's ceiling, ~13k rows/s). Here the wire-format layout of every row is computed
-for all rows at once with numpy: varint sizes, packed float/int64 payloads, bytes lists
-and the `Features.feature` map entries. Then the bytes are scattered into one buffer.
+Building one protobuf object per row costs ~70 us for a 21-feature row. Here every row
+is laid out as the same sequence of fixed-width *slots*, one per wire-format field (a
+tag, a varint, a key, a value). Slot j of all rows is one column of a (rows, width) byte
+matrix, so it is written with one strided numpy operation for every row at once. A row
+uses a prefix of each slot (a varint's true size, a string's length); one boolean-mask
+compaction then drops the unused bytes and leaves the records back to back.
 
-Wire format (proto3):
-  Example  { Features features = 1; }
-  Features { map<string, Feature> feature = 1; }   # entry: key = 1, value = 2
-  Feature  { oneof { BytesList bytes_list = 1; FloatList float_list = 2; Int64List int64_list = 3; } }
-  *List    { repeated T value = 1; }                # float and int64 packed
+Columns whose slots would be mostly padding (lists of varying length, long or uneven
+strings) go through the general scatter encoder (`_encode_general`) and are appended to
+each row by Arrow's `binary_join_element_wise` (C++).
+
+With `framed=True` the records come out as TFRecord frames (length, masked CRC32C of the
+length, data, masked CRC32C of the data), so no second copy is needed to frame them.
 
 A missing value (Arrow null) omits the feature from that row; the metadata records the
 default the runtime fills in. An empty list is kept as an empty list.
@@ -17,202 +20,370 @@ default the runtime fills in. An empty list is kept as an empty list.
 
 from __future__ import annotations
 
+import google_crc32c
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-__all__ = ["encode_batch"]
+from beam_jobs._encode_general import Column, varint_bytes
 
-_FEATURE_TAG = {"bytes": 0x0A, "float32": 0x12, "int64": 0x1A}
+__all__ = ["encode_batch", "masked_crc32c"]
+
 _U8 = np.uint8
+_U64 = np.uint64
+# A string column stays in the slot layout while its padded slot holds at most this many
+# bytes per real byte, plus this slack per row: short words pad cheaply, long text does not.
+_MAX_PADDING_RATIO = 2.0
+_PADDING_SLACK = 16
+_CACHE_BYTES = 1 << 20
+_ARANGE = np.arange(64)
+_FRAME_HEADER = 12  # uint64 length + masked CRC32C of it
+_FRAME_FOOTER = 4  # masked CRC32C of the record
 
 
-def _varint_size(v: np.ndarray) -> np.ndarray:
-    v = v.astype(np.uint64, copy=False)
+def _crc32c_table() -> np.ndarray:
+    table = np.arange(256, dtype=np.uint32)
+    for _ in range(8):
+        table = np.where(table & 1, (table >> 1) ^ np.uint32(0x82F63B78), table >> 1).astype(np.uint32)
+    return table
+
+
+_CRC_TABLE = _crc32c_table()
+
+
+def _mask(crc: np.ndarray) -> np.ndarray:
+    crc = crc.astype(np.uint32)
+    return ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(0xA282EAD8)
+
+
+def masked_crc32c(data: bytes) -> int:
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _length_headers(lengths: np.ndarray) -> np.ndarray:
+    """(n, 12) TFRecord headers: little-endian uint64 length, then its masked CRC32C."""
+    n = len(lengths)
+    out = np.empty((n, _FRAME_HEADER), _U8)
+    out[:, :8] = lengths.astype("<u8").view(_U8).reshape(n, 8)
+    crc = np.full(n, 0xFFFFFFFF, np.uint32)
+    for i in range(8):
+        crc = _CRC_TABLE[(crc ^ out[:, i]) & 0xFF] ^ (crc >> np.uint32(8))
+    out[:, 8:] = _mask(crc ^ np.uint32(0xFFFFFFFF)).astype("<u4").view(_U8).reshape(n, 4)
+    return out
+
+
+def _varint_sizes(v: np.ndarray) -> np.ndarray:
+    v = v.view(_U64) if v.dtype == np.int64 else v.astype(_U64, copy=False)
     size = np.ones(v.shape, np.int64)
-    for shift in range(7, 64, 7):
-        size += v >= (np.uint64(1) << np.uint64(shift))
+    top = int(v.max()) if v.size else 0
+    shift = 7
+    while shift < 64 and top >> shift:
+        size += v >= _U64(1 << shift)
+        shift += 7
     return size
 
 
-def _put_varint(buf: np.ndarray, pos: np.ndarray, v: np.ndarray) -> None:
-    v = v.astype(np.uint64, copy=False)
-    while v.size:
-        more = v >= 0x80
-        buf[pos] = ((v & np.uint64(0x7F)) | (more.astype(np.uint64) << np.uint64(7))).astype(_U8)
-        v = v[more] >> np.uint64(7)
-        pos = pos[more] + 1
+def _varint_block(v: np.ndarray, sizes: np.ndarray, width: int) -> np.ndarray:
+    """(n, width) bytes: row i holds the varint of v[i] in its first sizes[i] bytes."""
+    out = np.empty((len(v), width), _U8)
+    for b in range(width):
+        byte = (v >> _U64(7 * b)) & _U64(0x7F)
+        if b + 1 < width:
+            byte |= (sizes > b + 1).astype(_U64) << _U64(7)
+        out[:, b] = byte
+    return out
 
 
-def _put_const(buf: np.ndarray, pos: np.ndarray, const: bytes) -> None:
-    if len(const) == 1:
-        buf[pos] = const[0]
-    else:
-        buf[pos[:, None] + np.arange(len(const))] = np.frombuffer(const, _U8)
+class _Slots:
+    """Rows as a sequence of fixed-width slots; `compact()` packs the used bytes.
+
+    Part kinds: "const" (the same bytes in every present row), "block" (an (n, w) byte
+    block, whole in every present row), "ragged" (an (n, w) block of which row i uses
+    the first `sizes[i]` bytes) and "strings" (byte strings, padded to the longest).
+    """
+
+    def __init__(self, n: int):
+        self.n = n
+        self._parts = []  # (kind, width, payload, present)
+        self.lengths = np.zeros(n, np.int64)
+
+    def const(self, data: bytes, present):
+        """The same bytes in every row where `present` (None: all rows)."""
+        last = self._parts[-1] if self._parts else None
+        if last is not None and last[0] == "const" and last[3] is present:
+            self._parts[-1] = ("const", last[1] + len(data), last[2] + data, present)
+        else:
+            self._parts.append(("const", len(data), data, present))
+        self.lengths += len(data) if present is None else len(data) * present
+
+    def block(self, block: np.ndarray, present):
+        """A (n, w) byte block, whole in every row where `present`."""
+        self._parts.append(("block", block.shape[1], block, present))
+        self.lengths += block.shape[1] if present is None else block.shape[1] * present
+
+    def varint(self, values: np.ndarray, present):
+        """A varint per row; `values` has one entry per row (ignored where absent)."""
+        v = values.view(_U64) if values.dtype == np.int64 else values.astype(_U64, copy=False)
+        sizes = _varint_sizes(v)
+        if present is not None:
+            sizes[~present] = 0
+        width = max(int(sizes.max()) if sizes.size else 1, 1)
+        self._parts.append(("ragged", width, (_varint_block(v, sizes, width), sizes), None))
+        self.lengths += sizes
+
+    def fields(self, fields, present):
+        """Wire fields in order: `bytes` constants and per-row varint arrays.
+
+        Runs of constants and one-byte varints become one block built once: a template
+        row with the varint columns filled in.
+        """
+        run = []
+        for f in fields:
+            if isinstance(f, bytes) or int(f.max(initial=0) if present is None else f[present].max(initial=0)) < 0x80:
+                run.append(f)
+                continue
+            self._run(run, present)
+            run = []
+            self.varint(f, present)
+        self._run(run, present)
+
+    def _run(self, run, present):
+        if not run:
+            return
+        if all(isinstance(f, bytes) for f in run):
+            self.const(b"".join(run), present)
+            return
+        template = b"".join(f if isinstance(f, bytes) else b"\0" for f in run)
+        block = np.empty((self.n, len(template)), _U8)
+        block[:] = np.frombuffer(template, _U8)
+        at = 0
+        for f in run:
+            if isinstance(f, bytes):
+                at += len(f)
+            else:
+                block[:, at] = f
+                at += 1
+        self.block(block, present)
+
+    def strings(self, data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, present):
+        """Byte strings, one per present row, stored in row order (`starts`/`lengths` index `data`)."""
+        per_row = lengths if present is None else _scatter(lengths, present, self.n)
+        # Absent rows get a zero-length string where the next one starts, so any run of
+        # rows maps to one contiguous stretch of `data`.
+        base = int(starts[0]) if starts.size else 0
+        row_starts = base + np.cumsum(per_row) - per_row
+        width = int(lengths.max()) if lengths.size else 0
+        self._parts.append(("strings", width, (data, row_starts, per_row), None))
+        self.lengths += per_row
+
+    def extend(self, other: "_Slots"):
+        self._parts.extend(other._parts)
+        self.lengths += other.lengths
+
+    def compact(self) -> np.ndarray:
+        """Every row's used bytes, rows back to back (row i spans cumsum(lengths))."""
+        out = np.empty(int(self.lengths.sum()), _U8)
+        width = sum(p[1] for p in self._parts)
+        # What every row shares (constant slots, full slots) is written once per block
+        # of rows as a template row; only the slots that vary by row are written one by one.
+        template = np.zeros(width, _U8)
+        full = np.ones(width, bool)
+        varying, at = [], 0
+        for part in self._parts:
+            kind, w, payload, present = part
+            if kind == "const":
+                template[at : at + w] = np.frombuffer(payload, _U8)
+            if kind != "const" or present is not None:
+                varying.append((at, part))
+            at += w
+        # Blocks of rows small enough for the matrix to stay in cache: every slot is a
+        # pass over the block, which costs a pass over memory when the block does not fit.
+        block = max(1, _CACHE_BYTES // max(width, 1))
+        matrix = np.empty((min(block, self.n), width), _U8)
+        used = np.empty(matrix.shape, bool)
+        at = 0
+        for lo in range(0, self.n, block):
+            hi = min(lo + block, self.n)
+            m, u = matrix[: hi - lo], used[: hi - lo]
+            m[:] = template
+            u[:] = full
+            self._write_rows(lo, hi, varying, m, u)
+            packed = m[u]
+            out[at : at + len(packed)] = packed
+            at += len(packed)
+        return out
+
+    @staticmethod
+    def _write_rows(lo, hi, varying, matrix, used):
+        for at, (kind, w, payload, present) in varying:
+            cols = slice(at, at + w)
+            if present is not None:
+                used[:, cols] = present[lo:hi, None]
+            if kind == "block":
+                matrix[:, cols] = payload[lo:hi]
+            elif kind == "ragged":
+                matrix[:, cols] = payload[0][lo:hi]
+                used[:, cols] = _ARANGE[:w] < payload[1][lo:hi, None]
+            elif kind == "strings":
+                data, row_starts, lengths = payload
+                _put_strings(matrix, used, at, w, data, row_starts[lo:hi], lengths[lo:hi])
 
 
-def _copy_segments(buf, dst_starts, src, src_starts, lengths) -> None:
-    """buf[dst_starts[i]:+lengths[i]] = src[src_starts[i]:+lengths[i]] for all i."""
-    if lengths.size == 0:
-        return
-    width = int(lengths[0])
-    if np.all(lengths == width):
-        if width:
-            idx = np.arange(width)
-            buf[dst_starts[:, None] + idx] = src[src_starts[:, None] + idx]
-        return
+def _put_strings(matrix, used, at, w, data, row_starts, lengths):
+    used[:, at : at + w] = np.arange(w) < lengths[:, None]
     total = int(lengths.sum())
     if total == 0:
         return
-    seg_starts = np.cumsum(lengths) - lengths
-    within = np.arange(total, dtype=np.int64) - np.repeat(seg_starts, lengths)
-    buf[np.repeat(dst_starts, lengths) + within] = src[np.repeat(src_starts, lengths) + within]
+    first = int(row_starts[0])
+    src = data[first : first + total]
+    if lengths[0] == w and np.all(lengths == w):
+        matrix[:, at : at + w] = src.reshape(-1, w)
+        return
+    # Each byte moves by its row's (destination - source) shift.
+    shift = np.arange(len(lengths)) * matrix.shape[1] + at - (row_starts - first)
+    matrix.reshape(-1)[np.arange(total) + np.repeat(shift, lengths)] = src
 
 
-class _Column:
-    """A column as present-mask, per-row value counts and flat values."""
-
-    def __init__(self, name: str, dtype: str, array: pa.Array):
-        self.key = name.encode("utf-8")
-        self.dtype = dtype
-        n = len(array)
-        if isinstance(array, pa.ChunkedArray):
-            array = array.combine_chunks()
-        self.present = np.asarray(array.is_valid().to_numpy(zero_copy_only=False), bool)
-        if pa.types.is_list(array.type) or pa.types.is_large_list(array.type) or pa.types.is_fixed_size_list(array.type):
-            # Rebuild a compact list array so offsets start at 0 and nulls hold no values.
-            present_rows = array.filter(pa.array(self.present))
-            if pa.types.is_fixed_size_list(present_rows.type):
-                w = present_rows.type.list_size
-                counts_present = np.full(len(present_rows), w, np.int64)
-                flat = present_rows.flatten()
-            else:
-                present_rows = present_rows.cast(pa.large_list(present_rows.type.value_type))
-                offsets = np.asarray(present_rows.offsets.to_numpy(), np.int64)
-                counts_present = np.diff(offsets)
-                flat = present_rows.flatten()
-            if flat.null_count:
-                raise ValueError(f"column {name!r}: lists must not contain null elements")
-        else:
-            counts_present = np.ones(int(self.present.sum()), np.int64)
-            flat = array.filter(pa.array(self.present))
-        self.counts = np.zeros(n, np.int64)
-        self.counts[self.present] = counts_present
-        self.counts_present = counts_present
-        if dtype == "bytes":
-            flat = flat.cast(pa.large_binary())
-            bufs = flat.buffers()
-            offs = np.frombuffer(bufs[1], np.int64)[flat.offset : flat.offset + len(flat) + 1]
-            self.data = np.frombuffer(bufs[2], _U8) if bufs[2] is not None else np.zeros(0, _U8)
-            self.value_starts = offs[:-1]
-            self.value_lengths = np.diff(offs)
-        elif dtype == "float32":
-            self.values = np.ascontiguousarray(flat.cast(pa.float32()).to_numpy(zero_copy_only=False), np.float32)
-        else:
-            self.values = np.ascontiguousarray(flat.cast(pa.int64()).to_numpy(zero_copy_only=False), np.int64)
-
-    def layout(self):
-        """Per present row: payload length, list-message length, feature length, entry length."""
-        k = self.counts_present
-        value_row_start = np.cumsum(k) - k
-        if self.dtype == "float32":
-            self.value_sizes = None
-            payload = 4 * k
-            list_len = np.where(k > 0, 1 + _varint_size(payload) + payload, 0)
-        elif self.dtype == "int64":
-            self.value_sizes = _varint_size(self.values.view(np.uint64))
-            cs = np.concatenate([[0], np.cumsum(self.value_sizes)])
-            payload = cs[value_row_start + k] - cs[value_row_start]
-            list_len = np.where(k > 0, 1 + _varint_size(payload) + payload, 0)
-        else:
-            self.value_sizes = 1 + _varint_size(self.value_lengths) + self.value_lengths
-            cs = np.concatenate([[0], np.cumsum(self.value_sizes)])
-            payload = cs[value_row_start + k] - cs[value_row_start]
-            list_len = payload
-        self.value_row_start = value_row_start
-        self.payload = payload
-        self.list_len = list_len
-        self.feature_len = 1 + _varint_size(list_len) + list_len
-        self.key_prefix = b"\x0a" + _varint_bytes(len(self.key)) + self.key + b"\x12"
-        self.entry_len = len(self.key_prefix) + _varint_size(self.feature_len) + self.feature_len
-        self.item_len = 1 + _varint_size(self.entry_len) + self.entry_len
-        return self.item_len
-
-    def write(self, buf: np.ndarray, pos: np.ndarray) -> None:
-        """Write the map item of every present row; `pos` holds their start offsets."""
-        buf[pos] = 0x0A
-        p = pos + 1
-        _put_varint(buf, p, self.entry_len)
-        p = p + _varint_size(self.entry_len)
-        _put_const(buf, p, self.key_prefix)
-        p = p + len(self.key_prefix)
-        _put_varint(buf, p, self.feature_len)
-        p = p + _varint_size(self.feature_len)
-        buf[p] = _FEATURE_TAG[self.dtype]
-        p = p + 1
-        _put_varint(buf, p, self.list_len)
-        p = p + _varint_size(self.list_len)
-        k = self.counts_present
-        if self.dtype in ("float32", "int64"):
-            has_values = k > 0
-            q = p[has_values]
-            buf[q] = 0x0A
-            q = q + 1
-            _put_varint(buf, q, self.payload[has_values])
-            p = p.copy()
-            p[has_values] = q + _varint_size(self.payload[has_values])
-        if self.dtype == "float32":
-            src = self.values.view(_U8)
-            _copy_segments(buf, p, src, 4 * self.value_row_start, 4 * k)
-            return
-        # Per value: its offset inside its row's payload.
-        row_of_value = np.repeat(np.arange(len(k)), k)
-        if row_of_value.size == 0:
-            return
-        cs = np.concatenate([[0], np.cumsum(self.value_sizes)])
-        value_pos = p[row_of_value] + cs[:-1] - cs[self.value_row_start[row_of_value]]
-        if self.dtype == "int64":
-            _put_varint(buf, value_pos, self.values.view(np.uint64))
-            return
-        buf[value_pos] = 0x0A
-        vp = value_pos + 1
-        _put_varint(buf, vp, self.value_lengths)
-        vp = vp + _varint_size(self.value_lengths)
-        _copy_segments(buf, vp, self.data, self.value_starts, self.value_lengths)
+def _scatter(values: np.ndarray, present: np.ndarray, n: int) -> np.ndarray:
+    out = np.zeros((n,) + values.shape[1:], values.dtype)
+    out[present] = values
+    return out
 
 
-def _varint_bytes(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+def _entry_prefix(key: bytes) -> bytes:
+    """Map entry field 1 (the key) and the tag of field 2 (the Feature)."""
+    return b"\x0a" + varint_bytes(len(key)) + key + b"\x12"
 
 
-def encode_batch(columns, num_rows: int):
+def _is_slotted(c: Column) -> bool:
+    """Whether the column fits the slot layout without much padding."""
+    k = c.counts_present
+    if k.size == 0:
+        return True
+    if c.dtype == "float32":
+        return bool(k[0] > 0 and np.all(k == k[0]))
+    if not np.all(k == 1):
+        return False
+    if c.dtype == "int64":
+        return True
+    total = int(c.value_lengths.sum())
+    return len(k) * int(c.value_lengths.max()) <= _MAX_PADDING_RATIO * total + _PADDING_SLACK * len(k)
+
+
+def _slot_column(slots: _Slots, c: Column) -> np.ndarray:
+    """Adds the column's map entry to every present row; returns each row's entry length."""
+    present = None if c.all_present else c.present
+    full = (lambda a: a) if present is None else (lambda a: _scatter(a, present, slots.n))
+    prefix = _entry_prefix(c.key)
+    if c.dtype == "float32":
+        payload = 4 * int(c.counts_present[0]) if c.counts_present.size else 4
+        list_len = 1 + len(varint_bytes(payload)) + payload
+        feature_len = 1 + len(varint_bytes(list_len)) + list_len
+        entry_len = len(prefix) + len(varint_bytes(feature_len)) + feature_len
+        slots.const(b"\x0a" + varint_bytes(entry_len) + prefix + varint_bytes(feature_len) + b"\x12"
+                    + varint_bytes(list_len) + b"\x0a" + varint_bytes(payload), present)
+        slots.block(full(c.values.view(_U8).reshape(-1, payload)), present)
+        item = 1 + len(varint_bytes(entry_len)) + entry_len
+        return np.full(slots.n, item, np.int64) if present is None else item * present
+    if c.dtype == "int64":
+        value = full(c.values.view(_U64))
+        size = full(_varint_sizes(c.values))  # the packed payload is one varint
+        list_len = 2 + size
+        tag, data = b"\x1a", None
+    else:
+        size = full(c.value_lengths)
+        list_len = 1 + _varint_sizes(size) + size
+        tag, data = b"\x0a", c
+    feature_len = 1 + _varint_sizes(list_len) + list_len
+    entry_len = len(prefix) + _varint_sizes(feature_len) + feature_len
+    slots.fields([b"\x0a", entry_len, prefix, feature_len, tag, list_len, b"\x0a", size], present)
+    if data is None:
+        slots.varint(value, present)
+    else:
+        slots.strings(data.data, data.value_starts, data.value_lengths, present)
+    item = 1 + _varint_sizes(entry_len) + entry_len
+    return item if present is None else item * present
+
+
+def _general_items(c: Column, n: int):
+    """The column's map entries as one binary value per row (empty where absent), and their lengths."""
+    lengths = np.zeros(n, np.int64)
+    lengths[c.present] = c.layout()
+    offsets = _offsets(lengths)
+    buf = np.empty(int(offsets[-1]), _U8)
+    c.write(buf, offsets[:-1][c.present])
+    return _large_binary(buf, offsets), lengths
+
+
+def _large_binary(buf: np.ndarray, offsets: np.ndarray) -> pa.Array:
+    return pa.Array.from_buffers(pa.large_binary(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(buf)])
+
+
+def encode_batch(columns, num_rows: int, *, framed: bool = False):
     """Encodes `columns` = [(name, dtype, pyarrow array)] into serialized Examples.
 
-    Returns `(buffer, offsets)`: record i is `buffer[offsets[i]:offsets[i + 1]]`.
-    Features appear in the order given, which makes the bytes deterministic.
+    Returns `(buffer, offsets)`: record i is `buffer[offsets[i]:offsets[i + 1]]`. With
+    `framed=True`, returns `(buffer, frame_offsets, crcs)`: frame i is a whole TFRecord
+    frame and `crcs[i]` the (unmasked) CRC32C of its record, a stable content hash.
+    Features appear in the order given, the variable-length ones after the others; the
+    bytes are deterministic.
     """
-    cols = [_Column(name, dtype, array) for name, dtype, array in columns]
-    features_len = np.zeros(num_rows, np.int64)
+    cols = [Column(name, dtype, array) for name, dtype, array in columns]
     for c in cols:
         if len(c.present) != num_rows:
             raise ValueError(f"column {c.key!r} has {len(c.present)} rows, expected {num_rows}")
-        features_len[c.present] += c.layout()
-    record_len = 1 + _varint_size(features_len) + features_len
-    offsets = np.zeros(num_rows + 1, np.int64)
-    np.cumsum(record_len, out=offsets[1:])
-    buf = np.empty(int(offsets[-1]), _U8)
-    starts = offsets[:-1]
-    buf[starts] = 0x0A
-    _put_varint(buf, starts + 1, features_len)
-    cursor = starts + 1 + _varint_size(features_len)
-    for c in cols:
-        c.write(buf, cursor[c.present])
-        cursor[c.present] += c.item_len
-    return buf, offsets
+    n = num_rows
+    slotted = [c for c in cols if _is_slotted(c)]
+    general = [c for c in cols if not _is_slotted(c)]
+    body = _Slots(n)  # the slotted entries; the header needs the total length first
+    features_len = np.zeros(n, np.int64)
+    for c in slotted:
+        features_len += _slot_column(body, c)
+    general_items = [_general_items(c, n) for c in general]
+    for _, item_lengths in general_items:
+        features_len += item_lengths
+    header_size = _varint_sizes(features_len)
+    record_len = 1 + header_size + features_len
+    rows = _Slots(n)
+    if framed:
+        rows.block(_length_headers(record_len), None)
+    rows.fields([b"\x0a", features_len], None)
+    rows.extend(body)
+    if framed and not general:
+        rows.const(b"\0" * _FRAME_FOOTER, None)
+    buf = rows.compact() if n else np.zeros(0, _U8)
+    lengths = rows.lengths
+    if general:
+        pieces = [_large_binary(buf, _offsets(lengths))] + [items for items, _ in general_items]
+        lengths = lengths + sum(item_lengths for _, item_lengths in general_items)
+        if framed:
+            pieces.append(_large_binary(np.zeros(_FRAME_FOOTER * n, _U8), np.arange(n + 1, dtype=np.int64) * _FRAME_FOOTER))
+            lengths = lengths + _FRAME_FOOTER
+        joined = pc.binary_join_element_wise(*pieces, pa.scalar(b"", pa.large_binary()))
+        offs = np.frombuffer(joined.buffers()[1], np.int64)[joined.offset : joined.offset + n + 1]
+        # Arrow's buffers are read-only; the frame footers are written in place.
+        buf = np.array(np.frombuffer(joined.buffers()[2], _U8)[offs[0] : offs[-1]]) if n else buf
+    offsets = _offsets(lengths)
+    if not framed:
+        return buf, offsets
+    return (buf, offsets, _seal(buf, offsets))
+
+
+def _offsets(lengths: np.ndarray) -> np.ndarray:
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets
+
+
+def _seal(buf: np.ndarray, frame_offsets: np.ndarray) -> np.ndarray:
+    """Writes each frame's footer (masked CRC32C of its record); returns the CRCs."""
+    n = len(frame_offsets) - 1
+    if n == 0:
+        return np.zeros(0, np.uint32)
+    raw = buf.tobytes()  # google_crc32c takes bytes, not memoryview slices
+    records = map(raw.__getitem__, map(slice, (frame_offsets[:-1] + _FRAME_HEADER).tolist(), (frame_offsets[1:] - _FRAME_FOOTER).tolist()))
+    crcs = np.fromiter(map(google_crc32c.value, records), np.uint32, n)
+    footer = _mask(crcs).astype("<u4").view(_U8).reshape(n, 4)
+    buf[(frame_offsets[1:] - _FRAME_FOOTER)[:, None] + np.arange(4)] = footer
+    return crcs

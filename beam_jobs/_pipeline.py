@@ -16,7 +16,6 @@ corpus in memory. Fragments on disk bound memory by the shard size instead.
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import logging
 import os
@@ -40,11 +39,12 @@ from beam_jobs import _images, _plan, _sources, _typing
 from beam_jobs._config import JobConfig, decided_types
 from beam_jobs._example_encoder import encode_batch
 from beam_jobs._finalize import finalize_dataset
-from beam_jobs._tfrecord import frame_records, read_frames
+from beam_jobs._tfrecord import TFRecordError, frames_array, frames_data
 
 logger = logging.getLogger(__name__)
 
 _PROGRESS_EVERY_S = 10.0
+_INDEX_SUFFIX = ".index"  # little-endian int64 frame lengths beside each fragment
 
 
 # --- stats: plain dicts so any runner can merge them -------------------------------
@@ -178,15 +178,14 @@ class _ConvertFiles(beam.DoFn):
         if not good:
             return
         self._update_feature_stats(cols, good)
-        buf, offsets = encode_batch(cols, good)
-        framed, frame_offsets, crcs = frame_records(buf, offsets)
+        buf, frame_offsets, crcs = encode_batch(cols, good, framed=True)
+        frames = frames_array(buf, frame_offsets)
         if cfg.split_key is None:
             hashes = crcs
         else:
             keys = cols[cfg.columns.index(cfg.split_key)][2]
             hashes = _key_hashes(keys)
         split_of = _plan.assign_splits(hashes, dict(cfg.splits))
-        view = memoryview(framed)
         for s in np.unique(split_of):
             s = int(s)
             ids = np.flatnonzero(split_of == s)
@@ -196,12 +195,17 @@ class _ConvertFiles(beam.DoFn):
             )
             position[s] += len(ids)
             order = np.argsort(shard_of, kind="stable")
-            sorted_shards = shard_of[order]
-            bounds = np.flatnonzero(np.diff(sorted_shards)) + 1
-            for run in np.split(order, bounds):
-                shard = int(shard_of[run[0]])
-                data = b"".join(view[frame_offsets[i] : frame_offsets[i + 1]] for i in ids[run])
-                self._write_fragment(s, shard, file_index, chunk_index, data, len(run))
+            # One C++ gather puts each shard's frames back to back.
+            picked = frames if len(ids) == good and np.all(order[1:] > order[:-1]) else frames.take(ids[order])
+            data, lengths = frames_data(picked)
+            ends = np.cumsum(lengths)
+            counts = np.bincount(shard_of, minlength=cfg.num_shards[s])
+            first = 0
+            for shard in np.flatnonzero(counts):
+                last = first + int(counts[shard])
+                lo = int(ends[first - 1]) if first else 0
+                self._write_fragment(s, int(shard), file_index, chunk_index, data[lo : int(ends[last - 1])], lengths[first:last])
+                first = last
             name = cfg.splits[s][0]
             self._stats["split_records"][name] = self._stats["split_records"].get(name, 0) + len(ids)
         self._records.inc(good)
@@ -219,20 +223,28 @@ class _ConvertFiles(beam.DoFn):
                     st["min_len"][name] = min(lo, st["min_len"].get(name, lo))
                     st["max_len"][name] = max(hi, st["max_len"].get(name, hi))
 
-    def _write_fragment(self, split, shard, file_index, chunk_index, data, count):
+    def _write_fragment(self, split, shard, file_index, chunk_index, data, lengths):
+        """Appends frames to this bundle's fragment of (split, shard), and their lengths to
+        its index, so the commit can cut and shuffle frames without parsing them."""
         key = (split, shard)
         w = self._writers.get(key)
         if w is None:
             path = f"{self._cfg.tmp_dir}/fragments/{split:03d}-{shard:05d}/{file_index:06d}-{chunk_index:06d}-{self._bundle}.tfrecord"
-            w = self._writers[key] = {"file": FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED), "path": path, "records": 0, "bytes": 0, "order": (file_index, chunk_index)}
+            w = self._writers[key] = {
+                "file": FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED),
+                "index_file": FileSystems.create(path + _INDEX_SUFFIX, compression_type=CompressionTypes.UNCOMPRESSED),
+                "path": path, "records": 0, "bytes": 0, "order": (file_index, chunk_index),
+            }
         w["file"].write(data)
-        w["records"] += count
+        w["index_file"].write(np.asarray(lengths, "<i8").tobytes())
+        w["records"] += len(lengths)
         w["bytes"] += len(data)
 
     def _close_writers(self):
         out = []
         for (split, shard), w in self._writers.items():
             w["file"].close()
+            w["index_file"].close()
             out.append({"split": split, "shard": shard, "path": w["path"], "records": w["records"], "bytes": w["bytes"], "order": list(w["order"])})
         self._writers = {}
         return out
@@ -289,11 +301,12 @@ class _CommitShard(beam.DoFn):
     The shuffle is external, so memory stays bounded whatever the shard size: frames
     are streamed into `buckets` local temp files (a random bucket each), then each
     bucket is loaded, permuted and appended. A random bucket per record plus a random
-    order within each bucket is a uniformly random order of the shard.
+    order within each bucket is a uniformly random order of the shard. Frames are cut
+    by the fragments' length index and reordered by Arrow's `take`, in C++.
     """
 
     BUCKET_BYTES = 16 << 20
-    _WRITE_RECORDS = 8192  # records per write: bounds the extra copy to a few MB
+    _READ_BYTES = 8 << 20  # frames read from a fragment at a time
 
     def __init__(self, cfg: JobConfig):
         self._cfg = cfg
@@ -318,48 +331,71 @@ class _CommitShard(beam.DoFn):
         size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
         yield {"split": split, "shard": shard, "path": path, "records": records, "bytes": size}
 
-    def _frames(self, fragments):
+    def _pieces(self, fragments):
+        """Yields the shard's frames as Arrow arrays of at most ~_READ_BYTES each."""
         for f in fragments:
+            with FileSystems.open(f["path"] + _INDEX_SUFFIX, compression_type=CompressionTypes.UNCOMPRESSED) as idx:
+                lengths = np.frombuffer(idx.read(), "<i8")
+            if len(lengths) != f["records"] or int(lengths.sum()) != f["bytes"]:
+                raise TFRecordError(f"fragment {f['path']}: index holds {len(lengths)} frames, expected {f['records']}")
+            ends = np.cumsum(lengths)
             with FileSystems.open(f["path"], compression_type=CompressionTypes.UNCOMPRESSED) as src:
-                yield from read_frames(io.BufferedReader(src, 1 << 20) if not hasattr(src, "peek") else src, source=f["path"])
+                first = 0
+                while first < len(lengths):
+                    start = int(ends[first - 1]) if first else 0
+                    last = max(first + 1, int(np.searchsorted(ends, start + self._READ_BYTES, side="right")))
+                    data = _read_exactly(src, int(ends[last - 1]) - start, f["path"])
+                    offsets = np.concatenate([[0], ends[first:last] - start])
+                    yield frames_array(data, offsets)
+                    first = last
 
     def _shuffled(self, fragments, out, rng) -> int:
         total_bytes = sum(f.get("bytes", 0) for f in fragments)
         buckets = max(1, -(-total_bytes // self.BUCKET_BYTES))
         if buckets == 1:
-            frames = list(self._frames(fragments))
+            pieces = list(self._pieces(fragments))
+            frames = pa.concat_arrays(pieces) if pieces else pa.array([], pa.large_binary())
             self._write_permuted(frames, out, rng)
             return len(frames)
         records = 0
         with tempfile.TemporaryDirectory(prefix="ingest-commit-") as tmp:
             files = [open(os.path.join(tmp, f"b{i}"), "w+b") for i in range(buckets)]
+            sizes = [[] for _ in range(buckets)]
             try:
-                chunk = []
-                for frame in self._frames(fragments):
-                    chunk.append(frame)
-                    if len(chunk) == self._WRITE_RECORDS:
-                        self._route(chunk, files, rng)
-                        chunk = []
-                self._route(chunk, files, rng)
-                for b in files:
-                    b.seek(0)
-                    frames = list(read_frames(b, source=b.name))
-                    self._write_permuted(frames, out, rng)
-                    records += len(frames)
+                for piece in self._pieces(fragments):
+                    bucket_of = rng.integers(0, buckets, size=len(piece))
+                    order = np.argsort(bucket_of, kind="stable")
+                    data, lengths = frames_data(piece.take(order))
+                    ends = np.cumsum(lengths)
+                    first = 0
+                    for b, count in enumerate(np.bincount(bucket_of, minlength=buckets)):
+                        if count:
+                            last = first + int(count)
+                            files[b].write(data[int(ends[first - 1]) if first else 0 : int(ends[last - 1])])
+                            sizes[b].append(lengths[first:last])
+                            first = last
+                for b, f in enumerate(files):
+                    f.seek(0)
+                    lengths = np.concatenate(sizes[b]) if sizes[b] else np.zeros(0, np.int64)
+                    offsets = np.concatenate([[0], np.cumsum(lengths)])
+                    self._write_permuted(frames_array(f.read(), offsets), out, rng)
+                    records += len(lengths)
             finally:
-                for b in files:
-                    b.close()
+                for f in files:
+                    f.close()
         return records
 
     @staticmethod
-    def _route(frames, files, rng):
-        for frame, b in zip(frames, rng.integers(0, len(files), size=len(frames))):
-            files[b].write(frame)
+    def _write_permuted(frames, out, rng):
+        if len(frames):
+            out.write(frames_data(frames.take(rng.permutation(len(frames))))[0])
 
-    def _write_permuted(self, frames, out, rng):
-        perm = rng.permutation(len(frames))
-        for start in range(0, len(perm), self._WRITE_RECORDS):
-            out.write(b"".join(frames[i] for i in perm[start : start + self._WRITE_RECORDS]))
+
+def _read_exactly(src, size: int, path: str) -> bytes:
+    data = src.read(size)
+    if len(data) != size:
+        raise TFRecordError(f"fragment {path} is truncated: wanted {size} bytes, got {len(data)}")
+    return data
 
 
 class ConvertToTFRecords(beam.PTransform):

@@ -27,7 +27,7 @@ DEFAULT_NULL_VALUES = ("", "NA", "N/A", "null", "NULL")
 class CsvFormat:
     delimiter: str = ","
     null_values: tuple = DEFAULT_NULL_VALUES
-    block_size: int = 1 << 20  # bytes per parse block: ~7k rows of a 21-column file
+    block_size: int = 8 << 20  # bytes per parse block
 
     def __post_init__(self):
         if len(self.delimiter) != 1:

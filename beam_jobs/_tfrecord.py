@@ -6,8 +6,9 @@ import struct
 
 import google_crc32c
 import numpy as np
+import pyarrow as pa
 
-__all__ = ["frame_records", "iter_frames", "read_frames", "TFRecordError"]
+__all__ = ["frames_array", "frames_data", "iter_frames", "TFRecordError"]
 
 _LEN = struct.Struct("<Q")
 _CRC = struct.Struct("<I")
@@ -22,31 +23,20 @@ def _masked_crc(data) -> int:
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
-def frame_records(buf: np.ndarray, offsets: np.ndarray):
-    """Frames the records `buf[offsets[i]:offsets[i+1]]`.
+def frames_array(buf, offsets: np.ndarray) -> pa.Array:
+    """Frames `buf[offsets[i]:offsets[i+1]]` as an Arrow binary array (no copy), so
+    reordering them (`take`) runs in C++."""
+    data = buf if isinstance(buf, pa.Buffer) else pa.py_buffer(buf)
+    return pa.Array.from_buffers(pa.large_binary(), len(offsets) - 1, [None, pa.py_buffer(np.ascontiguousarray(offsets, np.int64)), data])
 
-    Returns `(framed_bytes, frame_offsets, data_crcs)`; `data_crcs` (unmasked CRC32C of
-    each record) doubles as a stable content hash for split assignment.
-    """
-    raw = buf.tobytes()  # google_crc32c takes bytes only, not memoryview slices
-    n = len(offsets) - 1
-    out = bytearray()
-    frame_offsets = np.empty(n + 1, np.int64)
-    crcs = np.empty(n, np.uint32)
-    value = google_crc32c.value
-    for i in range(n):
-        frame_offsets[i] = len(out)
-        a, b = int(offsets[i]), int(offsets[i + 1])
-        header = _LEN.pack(b - a)
-        data = raw[a:b]
-        crc = value(data)
-        crcs[i] = crc
-        out += header
-        out += _CRC.pack(_masked_crc(header))
-        out += data
-        out += _CRC.pack((((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
-    frame_offsets[n] = len(out)
-    return bytes(out), frame_offsets, crcs
+
+def frames_data(frames: pa.Array):
+    """The bytes of a binary array's values, back to back, and each value's length."""
+    offsets = np.frombuffer(frames.buffers()[1], np.int64)[frames.offset : frames.offset + len(frames) + 1]
+    data = frames.buffers()[2]
+    if data is None:
+        return memoryview(b""), np.zeros(0, np.int64)
+    return memoryview(data)[offsets[0] : offsets[-1]], np.diff(offsets)
 
 
 def iter_frames(data: bytes, *, source: str = "<bytes>", verify: bool = False):
@@ -66,18 +56,3 @@ def iter_frames(data: bytes, *, source: str = "<bytes>", verify: bool = False):
                 raise TFRecordError(f"{source}: CRC mismatch in record at byte {pos}")
         yield mv[pos:stop]
         pos = stop
-
-
-def read_frames(f, *, source: str = "<file>"):
-    """Yields whole frames from a readable binary file, streaming (no full read)."""
-    while True:
-        header = f.read(12)
-        if not header:
-            return
-        if len(header) < 12:
-            raise TFRecordError(f"{source}: truncated record header")
-        (length,) = _LEN.unpack_from(header, 0)
-        rest = f.read(length + 4)
-        if len(rest) < length + 4:
-            raise TFRecordError(f"{source}: truncated record (length {length})")
-        yield header + rest

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import google_crc32c
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -12,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from beam_jobs._example_encoder import encode_batch
-from beam_jobs._tfrecord import TFRecordError, frame_records, iter_frames
+from beam_jobs._tfrecord import TFRecordError, iter_frames
 
 _I64 = st.integers(-(2**63), 2**63 - 1)
 _F32 = st.floats(width=32, allow_nan=True, allow_infinity=True)
-_BYTES = st.one_of(st.binary(max_size=40), st.text(max_size=20).map(lambda s: s.encode("utf-8")), st.just(b"x" * 300))
+_BYTES = st.one_of(st.binary(max_size=40), st.text(max_size=20).map(lambda s: s.encode("utf-8")), st.just(b"x" * 300), st.just(b""))
 _VALUES = {"int64": _I64, "float32": _F32, "bytes": _BYTES}
 _ARROW = {"int64": pa.int64(), "float32": pa.float32(), "bytes": pa.large_binary()}
 
@@ -54,26 +55,45 @@ def _same(a: tf.train.Example, b: tf.train.Example) -> bool:
 
 @st.composite
 def _batches(draw):
-    n = draw(st.integers(1, 12))
+    n = draw(st.integers(1, 40))
     columns = []
-    for i in range(draw(st.integers(1, 5))):
+    for i in range(draw(st.integers(1, 6))):
         dtype = draw(st.sampled_from(["int64", "float32", "bytes"]))
-        is_list = draw(st.booleans())
+        shape = draw(st.sampled_from(["scalar", "list", "fixed"]))
         value = _VALUES[dtype]
-        cell = st.lists(value, max_size=6) if is_list else value
-        cells = draw(st.lists(st.one_of(st.none(), cell), min_size=n, max_size=n))
-        typ = pa.large_list(_ARROW[dtype]) if is_list else _ARROW[dtype]
-        columns.append((f"feat_{i}_é", dtype, pa.array(cells, typ)))
+        # Scalars and fixed-length lists take the slot layout; varying lists and long or
+        # uneven strings the general path; a batch can mix both.
+        if shape == "scalar":
+            cell, typ = value, _ARROW[dtype]
+        elif shape == "list":
+            cell, typ = st.lists(value, max_size=6), pa.large_list(_ARROW[dtype])
+        else:
+            k = draw(st.integers(1, 4))
+            cell, typ = st.lists(value, min_size=k, max_size=k), pa.large_list(_ARROW[dtype])
+        null = st.none() if draw(st.booleans()) else st.nothing()
+        cells = draw(st.lists(st.one_of(null, cell), min_size=n, max_size=n))
+        columns.append((f"feat_{i}_é" + "k" * draw(st.sampled_from([0, 130])), dtype, pa.array(cells, typ)))
     return columns, n
 
 
-@settings(max_examples=150, deadline=None)
-@given(_batches())
-def test_encoded_records_equal_protobuf_encoding(batch):
+def _records(columns, n, framed):
+    if not framed:
+        buf, offsets = encode_batch(columns, n)
+        return [bytes(buf[offsets[i] : offsets[i + 1]]) for i in range(n)]
+    buf, offsets, crcs = encode_batch(columns, n, framed=True)
+    frames = [bytes(f) for f in iter_frames(buf.tobytes(), verify=True)]
+    assert len(frames) == n and [len(f) for f in frames] == np.diff(offsets).tolist()
+    records = [f[12:-4] for f in frames]
+    assert crcs.tolist() == [google_crc32c.value(r) for r in records]
+    return records
+
+
+@settings(max_examples=200, deadline=None)
+@given(_batches(), st.booleans())
+def test_encoded_records_equal_protobuf_encoding(batch, framed):
     columns, n = batch
-    buf, offsets = encode_batch(columns, n)
+    records = _records(columns, n, framed)
     expected = _reference(columns, n)
-    records = [bytes(buf[offsets[i] : offsets[i + 1]]) for i in range(n)]
     for got, want in zip(records, expected):
         assert _same(tf.train.Example.FromString(got), want)
     # And TensorFlow's own parser reads them.
@@ -87,8 +107,11 @@ def test_edge_values_round_trip_through_parse_example():
         ("f", "float32", pa.array([0.0, -0.0, float("inf"), float("-inf"), float("nan"), 3.4e38], pa.float32())),
         ("s", "bytes", pa.array([b"", "日本語".encode(), b"\x00", b"y" * 100_000, b"a", b"b"], pa.large_binary())),
     ]
-    buf, offsets = encode_batch(columns, 6)
-    records = [bytes(buf[offsets[i] : offsets[i + 1]]) for i in range(6)]
+    for framed in (False, True):
+        _check_edge_values(_records(columns, 6, framed))
+
+
+def _check_edge_values(records):
     parsed = tf.io.parse_example(records, {"i": tf.io.FixedLenFeature([], tf.int64), "f": tf.io.FixedLenFeature([], tf.float32), "s": tf.io.FixedLenFeature([], tf.string)})
     assert parsed["i"].numpy().tolist() == [0, -1, 2**63 - 1, -(2**63), 127, 128]
     f = parsed["f"].numpy()
@@ -98,8 +121,8 @@ def test_edge_values_round_trip_through_parse_example():
 
 def test_framing_is_what_tfrecord_reader_expects(tmp_path):
     columns = [("v", "int64", pa.array(list(range(50)), pa.int64()))]
-    buf, offsets = encode_batch(columns, 50)
-    framed, frame_offsets, crcs = frame_records(buf, offsets)
+    buf, frame_offsets, crcs = encode_batch(columns, 50, framed=True)
+    framed = buf.tobytes()
     path = tmp_path / "x.tfrecord"
     path.write_bytes(framed)
     values = [tf.train.Example.FromString(r).features.feature["v"].int64_list.value[0]
