@@ -124,11 +124,14 @@ def decode_fn(spec: ImageSpec, *, all_jpeg: bool = False):
                     top, left = -(-y // ratio), -(-x // ratio)
                     bottom, right = (y + h) // ratio, (x + w) // ratio
                     window = tf.stack([top, left, bottom - top, right - left])
-                    return tf.io.decode_and_crop_jpeg(encoded, window, channels=channels, ratio=ratio)
+                    return tf.io.decode_and_crop_jpeg(encoded, window, channels=3, ratio=ratio)
 
                 return decode_scaled
 
-            return tf.switch_case(scale, [at(1), at(2), at(4), at(8)])
+            image = tf.switch_case(scale, [at(1), at(2), at(4), at(8)])
+            # libjpeg cannot convert CMYK JPEGs to grayscale ("Unsupported color conversion
+            # request"): decode to RGB, then convert, as for the other formats.
+            return tf.image.rgb_to_grayscale(image) if channels == 1 else image
 
         def other():
             # GIF decodes to RGB only; grayscale is converted after decoding.
