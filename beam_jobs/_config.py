@@ -35,6 +35,8 @@ class JobConfig:
     input_bytes: int = 0
     schema_origin: str = "inferred"  # "inferred" | "given" | "mixed" | "parquet" | "images"
     input_count: int = 0  # input files, or images for an image corpus
+    file_sizes: tuple = ()  # bytes of each of `files`
+    csv_split_bytes: int = 0  # read CSV files larger than this as byte ranges (0: whole files)
     images: ImageOptions | None = None
     vocabulary: tuple = ()  # label names of an image corpus; the label index is the position
     extra_types: tuple = ()  # image manifest extras: ((name, pyarrow type), ...)

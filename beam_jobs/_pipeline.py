@@ -35,7 +35,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_jobs import _images, _plan, _sources, _typing
+from beam_jobs import _csv_ranges, _images, _plan, _sources, _typing
 from beam_jobs._config import JobConfig, decided_types
 from beam_jobs._example_encoder import encode_batch
 from beam_jobs._finalize import finalize_dataset
@@ -77,9 +77,9 @@ class _CountTypes(beam.DoFn):
         self._cfg = cfg
 
     def process(self, item):
-        _, path = item
+        _, path, byte_range = item
         cfg = self._cfg
-        for chunk in _sources.iter_csv_chunks(path, list(cfg.header), cfg.csv, list(cfg.columns)):
+        for chunk in _sources.iter_csv_chunks(path, list(cfg.header), cfg.csv, list(cfg.columns), byte_range):
             counts = _typing.count_types(chunk.batch)
             yield {k: dataclasses.asdict(v) for k, v in counts.items()}
 
@@ -118,25 +118,28 @@ class _ConvertFiles(beam.DoFn):
 
     def process(self, item, type_counts=None):
         cfg = self._cfg
-        file_index, path = item
+        file_index, path, byte_range = item
+        part = byte_range.index if byte_range is not None else 0
         types = decided_types(cfg, type_counts)
         position = {s: 0 for s in range(len(cfg.splits))}  # records per split so far in this file
         if cfg.source_format == "csv":
-            chunks = _sources.iter_csv_chunks(path, list(cfg.header), cfg.csv, list(cfg.columns))
+            chunks = _sources.iter_csv_chunks(path, list(cfg.header), cfg.csv, list(cfg.columns), byte_range)
         elif cfg.source_format == "images":
             chunks = _images.iter_image_chunks(path, cfg.images, cfg.vocabulary, cfg.extra_types)
             path = cfg.input_pattern  # an image item is a list of entries; bad ones name their file
         else:
             chunks = _sources.iter_parquet_chunks(path, list(cfg.columns))
         for chunk_index, chunk in enumerate(chunks):
-            self._convert_chunk(path, file_index, chunk_index, chunk, types, position)
+            self._convert_chunk(path, (file_index, part, chunk_index), chunk, types, position)
             self._maybe_log_progress()
         if not cfg.shuffle:
             # One fragment per file keeps source order when fragments are concatenated.
             yield from (beam.pvalue.TaggedOutput(self.FRAGMENTS, f) for f in self._close_writers())
 
-    def _convert_chunk(self, path, file_index, chunk_index, chunk, types, position):
+    def _convert_chunk(self, path, where, chunk, types, position):
+        """`where`: (file index, byte range index, chunk index), the chunk's place in the input."""
         cfg = self._cfg
+        file_index, part, chunk_index = where
         batch, rows = chunk.batch, chunk.rows
         bad = list(chunk.bad)
         n = batch.num_rows
@@ -191,7 +194,7 @@ class _ConvertFiles(beam.DoFn):
             ids = np.flatnonzero(split_of == s)
             shard_of = _plan.assign_shards(
                 len(ids), cfg.num_shards[s], shuffle=cfg.shuffle, seed=cfg.seed,
-                file_index=file_index, chunk_index=chunk_index, first_record=position[s],
+                file_index=file_index, chunk_index=chunk_index, first_record=position[s], part_index=part,
             )
             position[s] += len(ids)
             order = np.argsort(shard_of, kind="stable")
@@ -204,7 +207,7 @@ class _ConvertFiles(beam.DoFn):
             for shard in np.flatnonzero(counts):
                 last = first + int(counts[shard])
                 lo = int(ends[first - 1]) if first else 0
-                self._write_fragment(s, int(shard), file_index, chunk_index, data[lo : int(ends[last - 1])], lengths[first:last])
+                self._write_fragment(s, int(shard), where, data[lo : int(ends[last - 1])], lengths[first:last])
                 first = last
             name = cfg.splits[s][0]
             self._stats["split_records"][name] = self._stats["split_records"].get(name, 0) + len(ids)
@@ -223,17 +226,17 @@ class _ConvertFiles(beam.DoFn):
                     st["min_len"][name] = min(lo, st["min_len"].get(name, lo))
                     st["max_len"][name] = max(hi, st["max_len"].get(name, hi))
 
-    def _write_fragment(self, split, shard, file_index, chunk_index, data, lengths):
+    def _write_fragment(self, split, shard, where, data, lengths):
         """Appends frames to this bundle's fragment of (split, shard), and their lengths to
         its index, so the commit can cut and shuffle frames without parsing them."""
         key = (split, shard)
         w = self._writers.get(key)
         if w is None:
-            path = f"{self._cfg.tmp_dir}/fragments/{split:03d}-{shard:05d}/{file_index:06d}-{chunk_index:06d}-{self._bundle}.tfrecord"
+            path = f"{self._cfg.tmp_dir}/fragments/{split:03d}-{shard:05d}/{'-'.join(f'{i:06d}' for i in where)}-{self._bundle}.tfrecord"
             w = self._writers[key] = {
                 "file": FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED),
                 "index_file": FileSystems.create(path + _INDEX_SUFFIX, compression_type=CompressionTypes.UNCOMPRESSED),
-                "path": path, "records": 0, "bytes": 0, "order": (file_index, chunk_index),
+                "path": path, "records": 0, "bytes": 0, "order": where,
             }
         w["file"].write(data)
         w["index_file"].write(np.asarray(lengths, "<i8").tobytes())
@@ -398,6 +401,45 @@ def _read_exactly(src, size: int, path: str) -> bytes:
     return data
 
 
+class _SplitCsv(beam.PTransform):
+    """(file index, path) -> (file index, path, CsvRange | None): large CSV files become
+    byte ranges, unless a scan finds newlines inside quoted fields (`_csv_ranges`)."""
+
+    def __init__(self, cfg: JobConfig):
+        super().__init__()
+        self._cfg = cfg
+
+    def expand(self, files):
+        cfg = self._cfg
+        planned = files | "PlanRanges" >> beam.FlatMap(_plan_ranges, cfg.file_sizes, cfg.csv_split_bytes).with_outputs("scan", main="whole")
+        decided = (
+            planned.scan
+            # (file index, path, start, end)
+            | "ScanRanges" >> beam.Map(lambda r: ((r[0], r[1]), (r[2], r[3], _csv_ranges.scan_range(*r[1:]))))
+            | "ByFile" >> beam.GroupByKey()
+            | "DecideRanges" >> beam.FlatMap(_decided_ranges)
+        )
+        return (planned.whole, decided) | "AllParts" >> beam.Flatten() | "SpreadParts" >> beam.Reshuffle()
+
+
+def _plan_ranges(item, sizes, split_bytes):
+    index, path = item
+    ranges = _csv_ranges.plan_ranges(sizes[index], split_bytes) if _csv_ranges.splittable(path) else [(0, sizes[index])]
+    if len(ranges) == 1:
+        yield (index, path, None)
+        return
+    for start, end in ranges:
+        yield beam.pvalue.TaggedOutput("scan", (index, path, start, end))
+
+
+def _decided_ranges(element):
+    (index, path), scans = element
+    ranges = _csv_ranges.decide_ranges(path, list(scans))
+    Metrics.counter("ingest", "csv_files_read_as_ranges" if ranges else "csv_files_read_whole").inc()
+    for r in ranges or [None]:
+        yield (index, path, r)
+
+
 class ConvertToTFRecords(beam.PTransform):
     """files (index, path) -> one finalized dataset; yields the metadata JSON text."""
 
@@ -407,6 +449,11 @@ class ConvertToTFRecords(beam.PTransform):
 
     def expand(self, files):
         cfg = self._cfg
+        if cfg.csv_split_bytes:
+            files = files | "SplitCsv" >> _SplitCsv(cfg)
+        else:
+            files = files | "WholeFiles" >> beam.Map(lambda item: (*item, None))
+        # (file index, path, CsvRange or None for the whole file)
         side = []
         type_counts = None
         if cfg.infer:

@@ -97,17 +97,19 @@ def assign_splits(hashes: np.ndarray, fractions: dict) -> np.ndarray:
     return np.searchsorted(edges, mix32(hashes).astype(np.float64), side="right").astype(np.int64)
 
 
-def assign_shards(n: int, num_shards: int, *, shuffle: bool, seed: int, file_index: int, chunk_index: int, first_record: int) -> np.ndarray:
+def assign_shards(n: int, num_shards: int, *, shuffle: bool, seed: int, file_index: int, chunk_index: int,
+                  first_record: int, part_index: int = 0) -> np.ndarray:
     """Shard index for `n` consecutive records of one split within one chunk.
 
-    Shuffled: a random shard per record from a generator keyed by (seed, file, chunk), so
-    reruns repeat it. Not shuffled: contiguous blocks round-robin, keyed by the
-    record's position in its file, so each shard keeps source order.
+    `part_index` is the byte range of a file read in parts (0 for a whole file).
+    Shuffled: a random shard per record from a generator keyed by (seed, file, part,
+    chunk), so reruns repeat it. Not shuffled: contiguous blocks round-robin, keyed by the
+    record's position in its file part, so each shard keeps source order.
     """
     if num_shards == 1:
         return np.zeros(n, np.int64)
     if shuffle:
-        rng = np.random.default_rng([seed, file_index, chunk_index])
+        rng = np.random.default_rng([seed, file_index, part_index, chunk_index])
         return rng.integers(0, num_shards, size=n)
     positions = first_record + np.arange(n, dtype=np.int64)
-    return (positions // NO_SHUFFLE_BLOCK_ROWS + file_index) % num_shards
+    return (positions // NO_SHUFFLE_BLOCK_ROWS + file_index + part_index) % num_shards

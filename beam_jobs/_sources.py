@@ -18,6 +18,8 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from beam_jobs._csv_ranges import CsvRange, RangeFile
+
 __all__ = ["CsvFormat", "Chunk", "BadRow", "CsvInput", "open_parquet", "read_csv_header", "iter_csv_chunks", "read_parquet_schema", "iter_parquet_chunks"]
 
 DEFAULT_NULL_VALUES = ("", "NA", "N/A", "null", "NULL")
@@ -27,7 +29,7 @@ DEFAULT_NULL_VALUES = ("", "NA", "N/A", "null", "NULL")
 class CsvFormat:
     delimiter: str = ","
     null_values: tuple = DEFAULT_NULL_VALUES
-    block_size: int = 8 << 20  # bytes per parse block
+    block_size: int = 4 << 20  # bytes per parse block: ~28k rows of a 21-column file; smaller blocks add per-chunk overhead
 
     def __post_init__(self):
         if len(self.delimiter) != 1:
@@ -55,16 +57,25 @@ class Chunk:
 
 
 class CsvInput:
-    """Opens a CSV through Beam's filesystems; gzip is decoded by Arrow, in C++."""
+    """Opens a CSV through Beam's filesystems; gzip is decoded by Arrow, in C++.
 
-    def __init__(self, path: str):
+    With a `byte_range`, only the records that begin in it are read (`_csv_ranges`).
+    """
+
+    def __init__(self, path: str, byte_range: CsvRange | None = None):
         self._path = path
+        self._range = byte_range
+        self.first_row = 1  # physical row number of the first line read
 
     def __enter__(self):
         try:
             self._raw = FileSystems.open(self._path, compression_type=CompressionTypes.UNCOMPRESSED)
         except Exception as e:  # Beam raises several types; keep the path in the message.
             raise IOError(f"cannot open input file {self._path}: {e}") from e
+        if self._range is not None:
+            part = RangeFile(self._raw, self._range.start, self._range.end)
+            self.first_row = self._range.newlines_before + 1 + part.skipped_partial_line
+            return part
         if self._path.endswith(".gz"):
             return pa.CompressedInputStream(pa.PythonFile(self._raw, mode="r"), "gzip")
         return self._raw
@@ -73,11 +84,11 @@ class CsvInput:
         self._raw.close()
 
 
-def _csv_reader(f, fmt: CsvFormat, path: str, handler=None, column_types=None):
+def _csv_reader(f, fmt: CsvFormat, path: str, handler=None, column_types=None, column_names=None):
     try:
         return pacsv.open_csv(
             f,
-            read_options=pacsv.ReadOptions(block_size=fmt.block_size, use_threads=False),
+            read_options=pacsv.ReadOptions(block_size=fmt.block_size, use_threads=False, column_names=column_names),
             parse_options=pacsv.ParseOptions(
                 delimiter=fmt.delimiter, newlines_in_values=True, invalid_row_handler=handler
             ),
@@ -119,8 +130,13 @@ def _utf8_bad_rows(col: pa.Array) -> np.ndarray:
         return out
 
 
-def iter_csv_chunks(path: str, header: list, fmt: CsvFormat, columns: list) -> Iterator[Chunk]:
-    """Yields chunks of the selected `columns` as binary (text) arrays."""
+def iter_csv_chunks(path: str, header: list, fmt: CsvFormat, columns: list, byte_range: CsvRange | None = None) -> Iterator[Chunk]:
+    """Yields chunks of the selected `columns` as binary (text) arrays.
+
+    Without a `byte_range`, or for a file's first range, the file's own header is read
+    and checked; later ranges hold no header and take `header` as their column names.
+    """
+    headless = byte_range is not None and byte_range.index > 0
     pending: list = []  # invalid rows reported by pyarrow since the last chunk
     skipped: set = set()
 
@@ -128,25 +144,31 @@ def iter_csv_chunks(path: str, header: list, fmt: CsvFormat, columns: list) -> I
         pending.append(
             BadRow(
                 path,
-                row.number,
+                None if row.number is None else row.number + row_offset,
                 f"expected {row.expected_columns} fields, found {row.actual_columns}",
                 row.text,
                 "field_count",
             )
         )
         if row.number is not None:
-            skipped.add(row.number)
+            skipped.add(row.number + row_offset)
         return "skip"
 
-    with CsvInput(path) as f:
-        reader = _csv_reader(f, fmt, path, handler=on_invalid, column_types={c: pa.binary() for c in header})
+    source = CsvInput(path, byte_range)
+    with source as f:
+        if headless and f.empty:
+            return
+        # pyarrow numbers rows from the start of what it reads.
+        row_offset = source.first_row - 1 if headless else 0
+        reader = _csv_reader(f, fmt, path, handler=on_invalid, column_types={c: pa.binary() for c in header},
+                             column_names=header if headless else None)
         names = list(reader.schema.names)
         if names != header:
             raise ValueError(
                 f"input file {path} has header {names}, but the first file has {header}: "
                 "all files of one input must share the header"
             )
-        next_row = 2
+        next_row = source.first_row if headless else 2
         while True:
             try:
                 batch = reader.read_next_batch()

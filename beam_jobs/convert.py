@@ -23,7 +23,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from beam_jobs import _image_inputs, _images, _plan, _sources, _typing
+from beam_jobs import _csv_ranges, _image_inputs, _images, _plan, _sources, _typing
 from beam_jobs._config import JobConfig
 from beam_jobs._finalize import TMP_PREFIX, ConversionError, delete_tree, existing_dataset_files
 from beam_jobs._pipeline import ConvertToTFRecords
@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     _flag(p, "column", action="append", default=[], metavar="NAME:TYPE", help="column type: int64, float32 or string (repeatable)")
     _flag(p, "schema", help="JSON file mapping column names to types")
     _flag(p, "delimiter", default=",", help="CSV field delimiter")
+    _flag(p, "csv_split_mb", type=float, default=_csv_ranges.DEFAULT_SPLIT_MB,
+          help="read CSV files larger than this as byte ranges in parallel; files with newlines inside "
+          "quoted fields are detected and read whole (0: always whole)")
     _flag(p, "null_values", default=",".join(v for v in _sources.DEFAULT_NULL_VALUES if v), help="comma-separated markers read as missing values; empty cells are always missing")
     _flag(p, "splits", help="NAME=FRACTION,... (default: everything in 'train')")
     _flag(p, "split_key", help="column whose value decides the split (default: the record content)")
@@ -232,12 +235,16 @@ def make_config(args, pipeline_options: PipelineOptions | None = None) -> JobCon
         input_bytes=input_bytes,
         schema_origin=origin,
         input_count=len(paths),
+        file_sizes=tuple(size for _, size in files),
+        csv_split_bytes=int(args.csv_split_mb * 2**20) if args.source == "csv" else 0,
     )
     return _with_plan(cfg, args, fmt)
 
 
 def _with_plan(cfg: JobConfig, args, fmt: str) -> JobConfig:
     """Adds what every source shares: splits, shard counts, output checks, a temp dir."""
+    if args.csv_split_mb < 0:
+        raise ConversionError(f"--csv_split_mb must be 0 (never split) or positive, got {args.csv_split_mb}")
     if not 0 <= args.max_bad_fraction <= 1:
         raise ConversionError(f"--max_bad_fraction must be in [0, 1], got {args.max_bad_fraction}")
     if args.num_shards is not None and args.num_shards < 1:
