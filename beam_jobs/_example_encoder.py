@@ -99,8 +99,8 @@ class _Slots:
     """Rows as a sequence of fixed-width slots; `compact()` packs the used bytes.
 
     Part kinds: "const" (the same bytes in every present row), "block" (an (n, w) byte
-    block, whole in every present row), "ragged" (an (n, w) block of which row i uses
-    the first `sizes[i]` bytes) and "strings" (byte strings, padded to the longest).
+    block, whole in every present row) and "ragged" (an (n, w) block of which row i
+    uses the first `sizes[i]` bytes: varints, strings padded to the longest).
     """
 
     def __init__(self, n: int):
@@ -167,14 +167,22 @@ class _Slots:
         self.block(block, present)
 
     def strings(self, data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, present):
-        """Byte strings, one per present row, stored in row order (`starts`/`lengths` index `data`)."""
+        """Byte strings, one per present row (`starts`/`lengths` index `data`), padded to
+        the longest with one scatter for the whole column."""
         per_row = lengths if present is None else _scatter(lengths, present, self.n)
-        # Absent rows get a zero-length string where the next one starts, so any run of
-        # rows maps to one contiguous stretch of `data`.
-        base = int(starts[0]) if starts.size else 0
-        row_starts = base + np.cumsum(per_row) - per_row
         width = int(lengths.max()) if lengths.size else 0
-        self._parts.append(("strings", width, (data, row_starts, per_row), None))
+        block = np.empty((self.n, width), _U8)
+        total = int(lengths.sum())
+        if total:
+            rows = np.arange(self.n) if present is None else np.flatnonzero(present)
+            src_first = int(starts[0])
+            if np.all(lengths == width):
+                block[rows] = data[src_first : src_first + total].reshape(-1, width)
+            else:
+                # data is in row order: each byte moves by its row's (destination - source) shift.
+                shift = rows * width - (starts - src_first)
+                block.reshape(-1)[np.arange(total) + np.repeat(shift, lengths)] = data[src_first : src_first + total]
+        self._parts.append(("ragged", width, (block, per_row), None))
         self.lengths += per_row
 
     def extend(self, other: "_Slots"):
@@ -224,25 +232,7 @@ class _Slots:
                 matrix[:, cols] = payload[lo:hi]
             elif kind == "ragged":
                 matrix[:, cols] = payload[0][lo:hi]
-                used[:, cols] = _ARANGE[:w] < payload[1][lo:hi, None]
-            elif kind == "strings":
-                data, row_starts, lengths = payload
-                _put_strings(matrix, used, at, w, data, row_starts[lo:hi], lengths[lo:hi])
-
-
-def _put_strings(matrix, used, at, w, data, row_starts, lengths):
-    used[:, at : at + w] = np.arange(w) < lengths[:, None]
-    total = int(lengths.sum())
-    if total == 0:
-        return
-    first = int(row_starts[0])
-    src = data[first : first + total]
-    if lengths[0] == w and np.all(lengths == w):
-        matrix[:, at : at + w] = src.reshape(-1, w)
-        return
-    # Each byte moves by its row's (destination - source) shift.
-    shift = np.arange(len(lengths)) * matrix.shape[1] + at - (row_starts - first)
-    matrix.reshape(-1)[np.arange(total) + np.repeat(shift, lengths)] = src
+                used[:, cols] = (_ARANGE[:w] if w <= len(_ARANGE) else np.arange(w)) < payload[1][lo:hi, None]
 
 
 def _scatter(values: np.ndarray, present: np.ndarray, n: int) -> np.ndarray:

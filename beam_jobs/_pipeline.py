@@ -301,15 +301,19 @@ def _key_hashes(keys: pa.Array) -> np.ndarray:
 class _CommitShard(beam.DoFn):
     """Concatenates one shard's fragments into a shard file, shuffled if asked.
 
-    The shuffle is external, so memory stays bounded whatever the shard size: frames
-    are streamed into `buckets` local temp files (a random bucket each), then each
-    bucket is loaded, permuted and appended. A random bucket per record plus a random
-    order within each bucket is a uniformly random order of the shard. Frames are cut
-    by the fragments' length index and reordered by Arrow's `take`, in C++.
+    A shard of up to IN_MEMORY_BYTES (planned shards are at most 200 MB) is loaded
+    whole, once, and written out in permuted slices. A larger one (a user's
+    --num_shards can ask for any size) is shuffled externally, so memory stays bounded:
+    frames are streamed into local temp files (a random bucket each), then each bucket
+    is loaded, permuted and appended. A random bucket per record plus a random order
+    within each bucket is a uniformly random order of the shard. Frames are cut by the
+    fragments' length index and reordered by Arrow's `take`, in C++.
     """
 
-    BUCKET_BYTES = 16 << 20
+    IN_MEMORY_BYTES = 256 << 20
+    BUCKET_BYTES = 64 << 20
     _READ_BYTES = 8 << 20  # frames read from a fragment at a time
+    _WRITE_BYTES = 16 << 20  # permuted frames gathered per write
 
     def __init__(self, cfg: JobConfig):
         self._cfg = cfg
@@ -337,10 +341,7 @@ class _CommitShard(beam.DoFn):
     def _pieces(self, fragments):
         """Yields the shard's frames as Arrow arrays of at most ~_READ_BYTES each."""
         for f in fragments:
-            with FileSystems.open(f["path"] + _INDEX_SUFFIX, compression_type=CompressionTypes.UNCOMPRESSED) as idx:
-                lengths = np.frombuffer(idx.read(), "<i8")
-            if len(lengths) != f["records"] or int(lengths.sum()) != f["bytes"]:
-                raise TFRecordError(f"fragment {f['path']}: index holds {len(lengths)} frames, expected {f['records']}")
+            lengths = self._index(f)
             ends = np.cumsum(lengths)
             with FileSystems.open(f["path"], compression_type=CompressionTypes.UNCOMPRESSED) as src:
                 first = 0
@@ -352,14 +353,38 @@ class _CommitShard(beam.DoFn):
                     yield frames_array(data, offsets)
                     first = last
 
+    def _loaded(self, fragments) -> pa.Array:
+        """Every frame of the shard, read straight into one buffer."""
+        buf = np.empty(sum(f["bytes"] for f in fragments), np.uint8)
+        lengths, at = [], 0
+        for f in fragments:
+            lengths.append(self._index(f))
+            with FileSystems.open(f["path"], compression_type=CompressionTypes.UNCOMPRESSED) as src:
+                view = memoryview(buf)[at : at + f["bytes"]]
+                got = 0
+                while got < len(view) and (n := src.readinto(view[got:])):
+                    got += n
+            if got != f["bytes"]:
+                raise TFRecordError(f"fragment {f['path']} is truncated: wanted {f['bytes']} bytes, got {got}")
+            at += got
+        lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+        return frames_array(buf, np.concatenate([[0], np.cumsum(lengths)]))
+
+    @staticmethod
+    def _index(f) -> np.ndarray:
+        with FileSystems.open(f["path"] + _INDEX_SUFFIX, compression_type=CompressionTypes.UNCOMPRESSED) as idx:
+            lengths = np.frombuffer(idx.read(), "<i8")
+        if len(lengths) != f["records"] or int(lengths.sum()) != f["bytes"]:
+            raise TFRecordError(f"fragment {f['path']}: index holds {len(lengths)} frames, expected {f['records']}")
+        return lengths
+
     def _shuffled(self, fragments, out, rng) -> int:
         total_bytes = sum(f.get("bytes", 0) for f in fragments)
-        buckets = max(1, -(-total_bytes // self.BUCKET_BYTES))
-        if buckets == 1:
-            pieces = list(self._pieces(fragments))
-            frames = pa.concat_arrays(pieces) if pieces else pa.array([], pa.large_binary())
+        if total_bytes <= self.IN_MEMORY_BYTES:
+            frames = self._loaded(fragments)
             self._write_permuted(frames, out, rng)
             return len(frames)
+        buckets = max(1, -(-total_bytes // self.BUCKET_BYTES))
         records = 0
         with tempfile.TemporaryDirectory(prefix="ingest-commit-") as tmp:
             files = [open(os.path.join(tmp, f"b{i}"), "w+b") for i in range(buckets)]
@@ -388,10 +413,14 @@ class _CommitShard(beam.DoFn):
                     f.close()
         return records
 
-    @staticmethod
-    def _write_permuted(frames, out, rng):
-        if len(frames):
-            out.write(frames_data(frames.take(rng.permutation(len(frames))))[0])
+    def _write_permuted(self, frames, out, rng):
+        n = len(frames)
+        if not n:
+            return
+        perm = rng.permutation(n)
+        step = max(1, n * self._WRITE_BYTES // max(frames_data(frames)[0].nbytes, 1))
+        for start in range(0, n, step):
+            out.write(frames_data(frames.take(perm[start : start + step]))[0])
 
 
 def _read_exactly(src, size: int, path: str) -> bytes:

@@ -246,6 +246,21 @@ def test_no_shuffle_keeps_source_order_within_each_shard(tmp):
     assert first != sorted(first)
 
 
+def test_shards_too_large_for_memory_are_shuffled_through_disk_buckets(tmp, monkeypatch):
+    from beam_jobs import _pipeline
+
+    src = write_text(tmp / "in" / "a.csv", "a\n" + "".join(f"{i}\n" for i in range(5000)))
+    in_memory = run_convert("--source", "csv", "--input", src, "--output", tmp / "mem", "--num_shards", "2", "--seed", "3")
+    monkeypatch.setattr(_pipeline._CommitShard, "IN_MEMORY_BYTES", 0)
+    monkeypatch.setattr(_pipeline._CommitShard, "BUCKET_BYTES", 4096)  # ~9 buckets per shard
+    spilled = run_convert("--source", "csv", "--input", src, "--output", tmp / "disk", "--num_shards", "2", "--seed", "3")
+    for info, out in ((in_memory, "mem"), (spilled, "disk")):
+        values = [r["a"][0] for r in read_examples(tmp / out)]
+        assert sorted(values) == list(range(5000)) and values != sorted(values)
+    # The same records land in the same shards either way; only the order within differs.
+    assert [s.records for s in in_memory.split("train").shards] == [s.records for s in spilled.split("train").shards]
+
+
 def test_metadata_records_the_contract(tmp):
     src = write_text(tmp / "in" / "a.csv", "x,y\n1,a\n2,b\n")
     run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--label", "x")
