@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 
 from beam_jobs._encode_general import Column, varint_bytes
 
-__all__ = ["encode_batch", "masked_crc32c"]
+__all__ = ["encode_batch", "encode_record_batch", "masked_crc32c"]
 
 _U8 = np.uint8
 _U64 = np.uint64
@@ -36,7 +36,6 @@ _U64 = np.uint64
 _MAX_PADDING_RATIO = 2.0
 _PADDING_SLACK = 16
 _CACHE_BYTES = 1 << 20
-_ARANGE = np.arange(64)
 _FRAME_HEADER = 12  # uint64 length + masked CRC32C of it
 _FRAME_FOOTER = 4  # masked CRC32C of the record
 
@@ -193,8 +192,8 @@ class _Slots:
         """Every row's used bytes, rows back to back (row i spans cumsum(lengths))."""
         out = np.empty(int(self.lengths.sum()), _U8)
         width = sum(p[1] for p in self._parts)
-        # What every row shares (constant slots, full slots) is written once per block
-        # of rows as a template row; only the slots that vary by row are written one by one.
+        # What every row shares (constant slots, full slots) is written once, as a template
+        # row; only the slots that vary by row are written, block of rows by block.
         template = np.zeros(width, _U8)
         full = np.ones(width, bool)
         varying, at = [], 0
@@ -205,34 +204,30 @@ class _Slots:
             if kind != "const" or present is not None:
                 varying.append((at, part))
             at += w
-        # Blocks of rows small enough for the matrix to stay in cache: every slot is a
-        # pass over the block, which costs a pass over memory when the block does not fit.
+        # Which bytes each row uses is one (rows, width) mask, built slot by slot for all
+        # rows at once (few numpy calls); the bytes themselves are written in blocks of
+        # rows small enough to stay in cache, where a slot costs a pass over the block.
+        used = np.empty((self.n, width), bool)
+        used[:] = full
+        for at, (kind, w, payload, present) in varying:
+            if present is not None:
+                used[:, at : at + w] = present[:, None]
+            if kind == "ragged":
+                used[:, at : at + w] = np.arange(w) < payload[1][:, None]
         block = max(1, _CACHE_BYTES // max(width, 1))
         matrix = np.empty((min(block, self.n), width), _U8)
-        used = np.empty(matrix.shape, bool)
+        matrix[:] = template  # constant slots are never written again
+        writes = [(slice(at, at + w), payload[0] if kind == "ragged" else payload) for at, (kind, w, payload, _) in varying if kind != "const"]
         at = 0
         for lo in range(0, self.n, block):
             hi = min(lo + block, self.n)
-            m, u = matrix[: hi - lo], used[: hi - lo]
-            m[:] = template
-            u[:] = full
-            self._write_rows(lo, hi, varying, m, u)
-            packed = m[u]
+            m = matrix[: hi - lo]
+            for cols, data in writes:
+                m[:, cols] = data[lo:hi]
+            packed = m[used[lo:hi]]
             out[at : at + len(packed)] = packed
             at += len(packed)
         return out
-
-    @staticmethod
-    def _write_rows(lo, hi, varying, matrix, used):
-        for at, (kind, w, payload, present) in varying:
-            cols = slice(at, at + w)
-            if present is not None:
-                used[:, cols] = present[lo:hi, None]
-            if kind == "block":
-                matrix[:, cols] = payload[lo:hi]
-            elif kind == "ragged":
-                matrix[:, cols] = payload[0][lo:hi]
-                used[:, cols] = (_ARANGE[:w] if w <= len(_ARANGE) else np.arange(w)) < payload[1][lo:hi, None]
 
 
 def _scatter(values: np.ndarray, present: np.ndarray, n: int) -> np.ndarray:
@@ -358,6 +353,25 @@ def encode_batch(columns, num_rows: int, *, framed: bool = False):
     if not framed:
         return buf, offsets
     return (buf, offsets, _seal(buf, offsets))
+
+
+def encode_record_batch(batch, *, framed: bool = False):
+    """Serializes every row of an Arrow record batch (or table) as a `tf.train.Example`.
+
+    Columns map as the conversion job maps Parquet: integers, booleans, dates and
+    timestamps to int64, floats to float32, strings and binary to bytes, lists of those
+    to lists; a null omits the feature from its row. Returns `(buffer, offsets)`,
+    record i being `buffer[offsets[i]:offsets[i + 1]]`; with `framed=True`, whole
+    TFRecord frames (appending `buffer` to a file makes a valid .tfrecord file).
+    """
+    from beam_jobs._typing import canonical_arrow_column
+
+    columns = []
+    for name in batch.schema.names:
+        dtype, _, array = canonical_arrow_column(batch.column(name), name)
+        columns.append((name, dtype, array))
+    out = encode_batch(columns, batch.num_rows, framed=framed)
+    return out[:2]
 
 
 def _offsets(lengths: np.ndarray) -> np.ndarray:

@@ -1,11 +1,17 @@
-"""Conversion speed and memory: the Beam job against a naive converter, same file, same run.
+"""Conversion speed and memory, each against a baseline on the same data in the same run.
 
-Naive: csv.DictReader and one tf.train.Example per row, written with TFRecordWriter,
-as a tutorial would. The job: `beam_jobs.convert` on the in-process DirectRunner,
-timed from launch to metadata (inference pass, encoding, sharding, commit).
-Peak RSS is measured in a child process per corpus size.
+1. The encoder alone: Arrow record batches -> serialized tf.train.Example, one core.
+   `beam_jobs.encode_record_batch` against protobuf objects built per row and, when
+   `tfx-bsl` is installed (`pip install -e '.[bench]'`), TFX's C++
+   `RecordBatchToExamplesEncoder` on the same batches.
+2. The whole job against a naive converter. Naive: csv.DictReader and one
+   tf.train.Example per row, written with TFRecordWriter, as a tutorial would. The job:
+   `beam_jobs.convert` on the in-process DirectRunner, timed from launch to metadata
+   (inference pass, encoding, sharding, commit), from CSV and from the same rows as Parquet.
+3. One large CSV (--mp_gb) on the multi-process DirectRunner: 2 worker processes against 1.
+4. Peak RSS of the job, in a child process per corpus size.
 
-    python -m benchmarks.conversion [--rows 500000] [--runs 3] [--quick]
+    python -m benchmarks.conversion [--rows 500000] [--runs 5] [--mp_gb 1] [--quick]
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import shutil
 import statistics
@@ -55,6 +62,95 @@ def _timed(fn, *args) -> float:
     return rows / (time.perf_counter() - start)
 
 
+# --- 1. the encoder alone ---------------------------------------------------------------
+
+
+def _list_batches(parquet_path: str, batch_rows: int) -> list:
+    """The corpus as record batches whose columns are lists of one value: the input TFX's
+    encoder requires, given to every encoder alike."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = []
+    for b in pq.ParquetFile(parquet_path).iter_batches(batch_size=batch_rows):
+        offsets = pa.array(np.arange(b.num_rows + 1, dtype=np.int32))
+        cols = [pa.ListArray.from_arrays(offsets, c.cast(pa.binary()) if pa.types.is_string(c.type) else c) for c in b.columns]
+        out.append(pa.RecordBatch.from_arrays(cols, names=b.schema.names))
+    return out
+
+
+def _protobuf_encode(batches: list) -> int:
+    import tensorflow as tf
+
+    rows = batches[0].to_pylist()
+    for row in rows:
+        feature = {}
+        for k, (v,) in row.items():
+            if isinstance(v, float):
+                feature[k] = tf.train.Feature(float_list=tf.train.FloatList(value=[v]))
+            elif isinstance(v, int):
+                feature[k] = tf.train.Feature(int64_list=tf.train.Int64List(value=[v]))
+            else:
+                feature[k] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[v]))
+        tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+    return len(rows)
+
+
+def _tfx_encoder():
+    try:
+        from tfx_bsl.coders.example_coder import RecordBatchToExamplesEncoder
+    except ImportError:
+        return None
+    return RecordBatchToExamplesEncoder()
+
+
+def encoder_rates(parquet_path: str, *, runs: int, batch_rows: int = 32768) -> list:
+    from beam_jobs import encode_record_batch
+
+    batches = _list_batches(parquet_path, batch_rows)
+    total = sum(b.num_rows for b in batches)
+    bytes_per_row = len(encode_record_batch(batches[0])[0]) / batches[0].num_rows
+    encoders = {
+        "ingest (encode_record_batch)": lambda: sum(len(encode_record_batch(b)[1]) - 1 for b in batches),
+        "ingest, framed as TFRecords (+CRC32C)": lambda: sum(len(encode_record_batch(b, framed=True)[1]) - 1 for b in batches),
+        "protobuf object per row (first batch)": lambda: _protobuf_encode(batches),
+    }
+    tfx = _tfx_encoder()
+    if tfx is not None:
+        tfx_bytes = sum(len(r) for r in tfx.encode(batches[0])) / batches[0].num_rows
+        encoders["tfx-bsl RecordBatchToExamplesEncoder (C++)"] = lambda: sum(len(tfx.encode(b)) for b in batches)
+    rates = {name: [] for name in encoders}
+    for name, fn in encoders.items():
+        fn()  # warm-up
+    for _ in range(runs):  # round-robin, so drift hits all alike
+        for name, fn in encoders.items():
+            rates[name].append(_timed(fn))
+    reference = "tfx-bsl RecordBatchToExamplesEncoder (C++)" if tfx is not None else "protobuf object per row (first batch)"
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    rows = [{"encoder": k, "rows_per_sec": v, "vs_" + ("tfx_bsl" if tfx is not None else "protobuf"): v / med[reference],
+             "bytes_per_row": tfx_bytes if k.startswith("tfx") else bytes_per_row}
+            for k, v in med.items()]
+    if tfx is None:
+        print("note: tfx-bsl is not installed (pip install -e '.[bench]'); the TFX comparison is skipped")
+    print(f"(encoder rows: {total} in batches of {batch_rows}, one core, median of {runs} runs)")
+    return rows
+
+
+# --- 3. multi-process DirectRunner ----------------------------------------------------------
+
+
+def multiprocess_rates(csv_path: str, out_dir: str, *, runs: int) -> list:
+    rates = {1: [], 2: []}
+    for _ in range(runs):
+        for workers in rates:
+            rates[workers].append(_timed(job_convert, "csv", csv_path, out_dir, "--direct_running_mode=multi_processing",
+                                         f"--direct_num_workers={workers}"))
+    one = statistics.median(rates[1])
+    return [{"workers": w, "rows_per_sec": statistics.median(r), "speedup": statistics.median(r) / one, "runs": len(r)}
+            for w, r in rates.items()]
+
+
 def _rss_child(rows: int, workdir: str) -> None:
     csv_path = corpus.ensure_csv(workdir, rows)
     with _measure.RssSampler() as rss:
@@ -65,41 +161,60 @@ def _rss_child(rows: int, workdir: str) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=500_000)
-    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--mp_gb", type=float, default=1.0, help="size of the CSV for the multi-process runs (0: skip)")
+    p.add_argument("--mp_runs", type=int, default=3)
     p.add_argument("--rss_rows", default="100000,1000000", help="corpus sizes for the peak-RSS comparison")
     p.add_argument("--workdir", default="bench-out/data")
     p.add_argument("--out", default="bench-out")
-    p.add_argument("--quick", action="store_true", help="50k rows, 1 run, RSS at 20k vs 100k rows")
+    p.add_argument("--quick", action="store_true", help="50k rows, 1 run, a 20 MB multi-process CSV, RSS at 20k vs 100k rows")
     p.add_argument("--rss_child", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.rss_child:
         _rss_child(args.rss_child, args.workdir)
         return 0
     if args.quick:
-        args.rows, args.runs, args.rss_rows = 50_000, 1, "20000,100000"
+        args.rows, args.runs, args.mp_runs, args.rss_rows = 50_000, 1, 1, "20000,100000"
+        args.mp_gb = min(args.mp_gb, 0.02)
     csv_path = corpus.ensure_csv(args.workdir, args.rows)
     pq_path = corpus.ensure_parquet(args.workdir, args.rows)
     tmp = os.path.join(args.workdir, "conversion-out")
     os.makedirs(tmp, exist_ok=True)
+    results = {"encoder": encoder_rates(pq_path, runs=args.runs)}
+
     rates = {"naive": [], "job_csv": [], "job_parquet": []}
-    for _ in range(args.runs):  # round-robin, so drift hits all alike
+    for _ in range(args.runs):
         rates["naive"].append(_timed(naive_convert, csv_path, os.path.join(tmp, "naive.tfrecord")))
         rates["job_csv"].append(_timed(job_convert, "csv", csv_path, os.path.join(tmp, "job-csv")))
         rates["job_parquet"].append(_timed(job_convert, "parquet", pq_path, os.path.join(tmp, "job-parquet")))
     med = {k: statistics.median(v) for k, v in rates.items()}
-    rows = [{"converter": k, "rows_per_sec": v, "vs_naive": v / med["naive"], "runs": len(rates[k])} for k, v in med.items()]
+    results["job"] = [{"converter": k, "rows_per_sec": v, "vs_naive": v / med["naive"], "runs": len(rates[k])} for k, v in med.items()]
+
+    if args.mp_gb > 0:
+        bytes_per_row = os.path.getsize(csv_path) / args.rows
+        mp_rows = math.ceil(args.mp_gb * 2**30 / bytes_per_row)
+        mp_csv = corpus.ensure_csv(args.workdir, mp_rows)
+        results["multiprocess"] = multiprocess_rates(mp_csv, os.path.join(tmp, "job-mp"), runs=args.mp_runs)
+        results["multiprocess_csv_mb"] = os.path.getsize(mp_csv) / 2**20
+
     sizes = [int(x) for x in args.rss_rows.split(",")]
     for n in sizes:
         corpus.ensure_csv(args.workdir, n)
-    rss = [_measure.run_child("benchmarks.conversion", "--rss_child", n, "--workdir", args.workdir) for n in sizes]
+    results["rss"] = [_measure.run_child("benchmarks.conversion", "--rss_child", n, "--workdir", args.workdir) for n in sizes]
+
+    print("\nEncoder alone: Arrow record batches -> serialized tf.train.Example\n")
+    print(_measure.table(results["encoder"], list(results["encoder"][0])))
     print(f"\nConversion of a {args.rows}-row, 21-column corpus (median of {args.runs} runs)\n")
-    print(_measure.table(rows, ["converter", "rows_per_sec", "vs_naive", "runs"]))
+    print(_measure.table(results["job"], ["converter", "rows_per_sec", "vs_naive", "runs"]))
+    if "multiprocess" in results:
+        print(f"\nOne {results['multiprocess_csv_mb']:.0f} MB CSV on the multi-process DirectRunner (median of {args.mp_runs} runs)\n")
+        print(_measure.table(results["multiprocess"], ["workers", "rows_per_sec", "speedup", "runs"]))
     print("\nPeak RSS of the conversion job (CSV, DirectRunner, own process)\n")
-    print(_measure.table(rss, ["rows", "peak_rss_mb"]))
-    print(f"\nRSS ratio {sizes[-1]} vs {sizes[0]} rows: {rss[-1]['peak_rss_mb'] / rss[0]['peak_rss_mb']:.2f}")
+    print(_measure.table(results["rss"], ["rows", "peak_rss_mb"]))
+    print(f"\nRSS ratio {sizes[-1]} vs {sizes[0]} rows: {results['rss'][-1]['peak_rss_mb'] / results['rss'][0]['peak_rss_mb']:.2f}")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "conversion.json"), "w") as f:
-        json.dump({"throughput": rows, "rss": rss}, f, indent=2)
+        json.dump(results, f, indent=2)
     return 0
 
 
