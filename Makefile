@@ -32,6 +32,8 @@ test-fast: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed-test
+	@$(BIN)/python -m pip install --quiet -e ".[bench]" || \
+	  echo "note: tfx-bsl does not install here; the conversion benchmark skips its TFX comparison"
 	$(BIN)/python -m benchmarks --out bench-out/suite
 	$(BIN)/python -m benchmarks.conversion
 	$(BIN)/python -m benchmarks.runtime

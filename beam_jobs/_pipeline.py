@@ -478,7 +478,7 @@ class ConvertToTFRecords(beam.PTransform):
 
     def expand(self, files):
         cfg = self._cfg
-        if cfg.csv_split_bytes:
+        if cfg.csv_split_bytes and any(size > cfg.csv_split_bytes for size in cfg.file_sizes):
             files = files | "SplitCsv" >> _SplitCsv(cfg)
         else:
             files = files | "WholeFiles" >> beam.Map(lambda item: (*item, None))

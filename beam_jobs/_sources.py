@@ -107,7 +107,8 @@ def _csv_reader(f, fmt: CsvFormat, path: str, handler=None, column_types=None, c
 
 def read_csv_header(path: str, fmt: CsvFormat) -> list:
     with CsvInput(path) as f:
-        reader = _csv_reader(f, fmt, path, handler=lambda row: "skip")
+        # The reader parses its first block on opening: a small one is enough for names.
+        reader = _csv_reader(f, dataclasses.replace(fmt, block_size=1 << 20), path, handler=lambda row: "skip")
         names = list(reader.schema.names)
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:

@@ -42,3 +42,17 @@ def test_quick_suite_writes_results_table_and_plots(tmp_path):
         with open(tmp_path / "out" / png, "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     assert "| formats | make_dataset |" in suite.table(results)
+
+
+@pytest.mark.slow
+def test_quick_conversion_benchmark_reports_every_comparison(tmp_path):
+    from benchmarks import conversion
+
+    assert conversion.main(["--quick", "--workdir", str(tmp_path / "data"), "--out", str(tmp_path / "out")]) == 0
+    results = json.load(open(tmp_path / "out" / "conversion.json"))
+    encoders = [r["encoder"] for r in results["encoder"]]
+    assert encoders[:3] == ["ingest (encode_record_batch)", "ingest, framed as TFRecords (+CRC32C)", "protobuf object per row (first batch)"]
+    assert all(r["bytes_per_row"] > 300 for r in results["encoder"])  # the same records, whichever encoder
+    assert [r["converter"] for r in results["job"]] == ["naive", "job_csv", "job_parquet"]
+    assert [r["workers"] for r in results["multiprocess"]] == [1, 2]
+    assert [r["rows"] for r in results["rss"]] == [20000, 100000]
