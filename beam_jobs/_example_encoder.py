@@ -173,14 +173,19 @@ class _Slots:
         block = np.empty((self.n, width), _U8)
         total = int(lengths.sum())
         if total:
-            rows = np.arange(self.n) if present is None else np.flatnonzero(present)
             src_first = int(starts[0])
+            src = data[src_first : src_first + total]
+            dst = block if present is None else np.empty((len(lengths), width), _U8)
             if np.all(lengths == width):
-                block[rows] = data[src_first : src_first + total].reshape(-1, width)
+                dst[:] = src.reshape(-1, width)
             else:
-                # data is in row order: each byte moves by its row's (destination - source) shift.
-                shift = rows * width - (starts - src_first)
-                block.reshape(-1)[np.arange(total) + np.repeat(shift, lengths)] = data[src_first : src_first + total]
+                # Byte j of every string in one gather; past a string's end the byte is
+                # unused (masked), so the index is only clamped to stay in bounds.
+                at = starts - src_first
+                for j in range(width):
+                    dst[:, j] = src[np.minimum(at + j, total - 1)]
+            if present is not None:
+                block[present] = dst
         self._parts.append(("ragged", width, (block, per_row), None))
         self.lengths += per_row
 

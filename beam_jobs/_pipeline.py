@@ -36,6 +36,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_jobs import _csv_ranges, _images, _plan, _sources, _typing
+from beam_jobs._background import BackgroundWriter
 from beam_jobs._config import JobConfig, decided_types
 from beam_jobs._example_encoder import encode_batch
 from beam_jobs._finalize import finalize_dataset
@@ -234,7 +235,7 @@ class _ConvertFiles(beam.DoFn):
         if w is None:
             path = f"{self._cfg.tmp_dir}/fragments/{split:03d}-{shard:05d}/{'-'.join(f'{i:06d}' for i in where)}-{self._bundle}.tfrecord"
             w = self._writers[key] = {
-                "file": FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED),
+                "file": BackgroundWriter(FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)),
                 "index_file": FileSystems.create(path + _INDEX_SUFFIX, compression_type=CompressionTypes.UNCOMPRESSED),
                 "path": path, "records": 0, "bytes": 0, "order": where,
             }
@@ -325,7 +326,7 @@ class _CommitShard(beam.DoFn):
         ext = ".tfrecord.gz" if cfg.compression == "gzip" else ".tfrecord"
         path = f"{cfg.tmp_dir}/shards/{split:03d}-{shard:05d}{ext}"
         compression = CompressionTypes.GZIP if cfg.compression == "gzip" else CompressionTypes.UNCOMPRESSED
-        with FileSystems.create(path, compression_type=compression) as out:
+        with BackgroundWriter(FileSystems.create(path, compression_type=compression)) as out:
             if cfg.shuffle:
                 records = self._shuffled(fragments, out, np.random.default_rng([cfg.seed, split, shard]))
             else:
