@@ -198,7 +198,13 @@ class _ConvertFiles(beam.DoFn):
                 file_index=file_index, chunk_index=chunk_index, first_record=position[s], part_index=part,
             )
             position[s] += len(ids)
-            order = np.argsort(shard_of, kind="stable")
+            if cfg.shuffle:
+                # Each shard's records leave the chunk in random order, so the commit only
+                # has to interleave these runs at random to shuffle the shard uniformly.
+                within = np.random.default_rng([cfg.seed, file_index, part, chunk_index, s]).permutation(len(ids))
+                order = within[np.argsort(shard_of[within], kind="stable")]
+            else:
+                order = np.argsort(shard_of, kind="stable")
             # One C++ gather puts each shard's frames back to back.
             picked = frames if len(ids) == good and np.all(order[1:] > order[:-1]) else frames.take(ids[order])
             data, lengths = frames_data(picked)
@@ -237,19 +243,21 @@ class _ConvertFiles(beam.DoFn):
             w = self._writers[key] = {
                 "file": BackgroundWriter(FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)),
                 "index_file": FileSystems.create(path + _INDEX_SUFFIX, compression_type=CompressionTypes.UNCOMPRESSED),
-                "path": path, "records": 0, "bytes": 0, "order": where,
+                "path": path, "records": 0, "bytes": 0, "order": where, "segments": [],
             }
         w["file"].write(data)
         w["index_file"].write(np.asarray(lengths, "<i8").tobytes())
         w["records"] += len(lengths)
         w["bytes"] += len(data)
+        w["segments"].append(len(lengths))  # one run of frames per chunk, shuffled within
 
     def _close_writers(self):
         out = []
         for (split, shard), w in self._writers.items():
             w["file"].close()
             w["index_file"].close()
-            out.append({"split": split, "shard": shard, "path": w["path"], "records": w["records"], "bytes": w["bytes"], "order": list(w["order"])})
+            out.append({"split": split, "shard": shard, "path": w["path"], "records": w["records"], "bytes": w["bytes"],
+                        "order": list(w["order"]), "segments": w["segments"]})
         self._writers = {}
         return out
 
@@ -302,17 +310,23 @@ def _key_hashes(keys: pa.Array) -> np.ndarray:
 class _CommitShard(beam.DoFn):
     """Concatenates one shard's fragments into a shard file, shuffled if asked.
 
-    A shard of up to IN_MEMORY_BYTES (planned shards are at most 200 MB) is loaded
-    whole, once, and written out in permuted slices. A larger one (a user's
-    --num_shards can ask for any size) is shuffled externally, so memory stays bounded:
-    frames are streamed into local temp files (a random bucket each), then each bucket
-    is loaded, permuted and appended. A random bucket per record plus a random order
-    within each bucket is a uniformly random order of the shard. Frames are cut by the
-    fragments' length index and reordered by Arrow's `take`, in C++.
+    Memory stays bounded whatever the shard and corpus size. Each chunk wrote its share
+    of the shard as a run in random order, so a shard of up to MAX_MERGED_RUNS runs is
+    shuffled by interleaving the runs at random (`_merged`: sequential reads, one pass).
+    With more runs, a shard of up to IN_MEMORY_BYTES is loaded and permuted whole; a
+    larger one is shuffled externally: frames are streamed into local temp files (a
+    random bucket each), then each bucket is loaded, permuted and appended. A random
+    bucket per record plus a random order within each bucket is a uniformly random
+    order of the shard. Frames are cut by the fragments' length index and reordered by
+    Arrow's `take`, in C++. The budgets are small next to the job's ~250 MB base, so
+    peak RSS stays flat from small corpora to large ones.
     """
 
-    IN_MEMORY_BYTES = 256 << 20
-    BUCKET_BYTES = 64 << 20
+    # Up to this many runs (chunks) in a shard, it is shuffled by interleaving them; each
+    # output slice then reads from up to this many places, fine locally and on GCS.
+    MAX_MERGED_RUNS = 64
+    IN_MEMORY_BYTES = 64 << 20
+    BUCKET_BYTES = 32 << 20
     _READ_BYTES = 8 << 20  # frames read from a fragment at a time
     _WRITE_BYTES = 16 << 20  # permuted frames gathered per write
 
@@ -354,6 +368,53 @@ class _CommitShard(beam.DoFn):
                     yield frames_array(data, offsets)
                     first = last
 
+    def _merged(self, fragments, out, rng, total_bytes: int) -> int:
+        """Interleaves the shard's runs (each already in random order) at random.
+
+        A uniformly random sequence of run labels, each run's label as often as it has
+        records, says which run gives the next record: with every run in uniform random
+        order, that is a uniform shuffle of the shard. Each output slice reads the next
+        few frames of every run it draws from, so reading stays sequential per run and
+        memory stays at a slice.
+        """
+        runs = []  # (fragment position, first byte, frame lengths)
+        for i, f in enumerate(fragments):
+            lengths, first, byte = self._index(f), 0, 0
+            for count in f["segments"]:
+                runs.append((i, byte, lengths[first : first + count]))
+                byte += int(lengths[first : first + count].sum())
+                first += count
+        sizes = np.array([len(r[2]) for r in runs], np.int64)
+        labels = rng.permutation(np.repeat(np.arange(len(runs), dtype=np.int32), sizes))
+        bounds = [np.concatenate([[0], np.cumsum(r[2])]) for r in runs]
+        taken = np.zeros(len(runs), np.int64)
+        step = max(1, len(labels) * self._WRITE_BYTES // max(total_bytes, 1))
+        files = [FileSystems.open(f["path"], compression_type=CompressionTypes.UNCOMPRESSED) for f in fragments]
+        try:
+            for start in range(0, len(labels), step):
+                drawn = labels[start : start + step]
+                counts = np.bincount(drawn, minlength=len(runs))
+                picked = np.flatnonzero(counts)
+                spans = [(int(bounds[r][taken[r]]), int(bounds[r][taken[r] + counts[r]])) for r in picked]
+                buf = np.empty(sum(b - a for a, b in spans), np.uint8)
+                at = 0
+                for r, (a, b) in zip(picked, spans):  # frames of each run, in run order
+                    src = files[runs[r][0]]
+                    src.seek(runs[r][1] + a)
+                    _read_into(src, memoryview(buf)[at : at + b - a], fragments[runs[r][0]]["path"])
+                    at += b - a
+                lengths = np.concatenate([runs[r][2][taken[r] : taken[r] + counts[r]] for r in picked])
+                taken[picked] += counts[picked]
+                # The k-th draw of run r is that run's k-th frame in this slice: a stable
+                # sort of the labels lists the slice's frames in buffer order.
+                where = np.empty(len(drawn), np.int64)
+                where[np.argsort(drawn, kind="stable")] = np.arange(len(drawn))
+                out.write(frames_data(frames_array(buf, np.concatenate([[0], np.cumsum(lengths)])).take(where))[0])
+        finally:
+            for f in files:
+                f.close()
+        return len(labels)
+
     def _loaded(self, fragments) -> pa.Array:
         """Every frame of the shard, read straight into one buffer."""
         buf = np.empty(sum(f["bytes"] for f in fragments), np.uint8)
@@ -361,13 +422,8 @@ class _CommitShard(beam.DoFn):
         for f in fragments:
             lengths.append(self._index(f))
             with FileSystems.open(f["path"], compression_type=CompressionTypes.UNCOMPRESSED) as src:
-                view = memoryview(buf)[at : at + f["bytes"]]
-                got = 0
-                while got < len(view) and (n := src.readinto(view[got:])):
-                    got += n
-            if got != f["bytes"]:
-                raise TFRecordError(f"fragment {f['path']} is truncated: wanted {f['bytes']} bytes, got {got}")
-            at += got
+                _read_into(src, memoryview(buf)[at : at + f["bytes"]], f["path"])
+            at += f["bytes"]
         lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
         return frames_array(buf, np.concatenate([[0], np.cumsum(lengths)]))
 
@@ -381,6 +437,8 @@ class _CommitShard(beam.DoFn):
 
     def _shuffled(self, fragments, out, rng) -> int:
         total_bytes = sum(f.get("bytes", 0) for f in fragments)
+        if sum(len(f["segments"]) for f in fragments) <= self.MAX_MERGED_RUNS:
+            return self._merged(fragments, out, rng, total_bytes)
         if total_bytes <= self.IN_MEMORY_BYTES:
             frames = self._loaded(fragments)
             self._write_permuted(frames, out, rng)
@@ -422,6 +480,14 @@ class _CommitShard(beam.DoFn):
         step = max(1, n * self._WRITE_BYTES // max(frames_data(frames)[0].nbytes, 1))
         for start in range(0, n, step):
             out.write(frames_data(frames.take(perm[start : start + step]))[0])
+
+
+def _read_into(src, view: memoryview, path: str) -> None:
+    got = 0
+    while got < len(view) and (n := src.readinto(view[got:])):
+        got += n
+    if got != len(view):
+        raise TFRecordError(f"fragment {path} is truncated: wanted {len(view)} more bytes, got {got}")
 
 
 def _read_exactly(src, size: int, path: str) -> bytes:
