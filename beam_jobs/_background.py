@@ -1,7 +1,8 @@
-"""Writes that overlap with compute: a file's writes run in one helper thread.
+"""I/O that overlaps with compute, in one helper thread each.
 
-File writes release the GIL, so while the helper copies one buffer into the page cache
-(or uploads it), the caller encodes or gathers the next one.
+File writes and Arrow's CSV and Parquet readers release the GIL, so while a helper
+copies a buffer into the page cache or parses the next block, the caller encodes the
+current one (tf.data's prefetch, for a Beam DoFn).
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ from __future__ import annotations
 import queue
 import threading
 
-__all__ = ["BackgroundWriter"]
+__all__ = ["BackgroundWriter", "prefetched"]
+
+_DONE = object()
 
 
 class BackgroundWriter:
@@ -50,3 +53,43 @@ class BackgroundWriter:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def prefetched(items, *, depth: int = 1):
+    """Yields from the iterable `items`, which a helper thread runs up to `depth` items
+    ahead; an exception in it is raised here, at the item where it happened."""
+    pending: queue.Queue = queue.Queue(depth)
+    stop = threading.Event()
+
+    def run():
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        pending.put((item, None), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            pending.put((_DONE, None))
+        except BaseException as e:  # re-raised in the consumer's thread
+            pending.put((_DONE, e))
+
+    thread = threading.Thread(target=run, name="ingest-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item, error = pending.get()
+            if item is _DONE:
+                if error is not None:
+                    raise error
+                return
+            yield item
+    finally:
+        stop.set()  # the consumer stopped early (or failed): let the helper end
+        while thread.is_alive():
+            try:
+                pending.get(timeout=0.1)
+            except queue.Empty:
+                pass

@@ -36,7 +36,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_jobs import _csv_ranges, _images, _plan, _sources, _typing
-from beam_jobs._background import BackgroundWriter
+from beam_jobs._background import BackgroundWriter, prefetched
 from beam_jobs._config import JobConfig, decided_types
 from beam_jobs._example_encoder import encode_batch
 from beam_jobs._finalize import finalize_dataset
@@ -80,7 +80,7 @@ class _CountTypes(beam.DoFn):
     def process(self, item):
         _, path, byte_range = item
         cfg = self._cfg
-        for chunk in _sources.iter_csv_chunks(path, list(cfg.header), cfg.csv, list(cfg.columns), byte_range):
+        for chunk in prefetched(_sources.iter_csv_chunks(path, list(cfg.header), cfg.csv, list(cfg.columns), byte_range)):
             counts = _typing.count_types(chunk.batch)
             yield {k: dataclasses.asdict(v) for k, v in counts.items()}
 
@@ -130,7 +130,8 @@ class _ConvertFiles(beam.DoFn):
             path = cfg.input_pattern  # an image item is a list of entries; bad ones name their file
         else:
             chunks = _sources.iter_parquet_chunks(path, list(cfg.columns))
-        for chunk_index, chunk in enumerate(chunks):
+        # The next chunk is read and parsed while this one is typed and encoded.
+        for chunk_index, chunk in enumerate(prefetched(chunks)):
             self._convert_chunk(path, (file_index, part, chunk_index), chunk, types, position)
             self._maybe_log_progress()
         if not cfg.shuffle:

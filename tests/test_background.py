@@ -32,3 +32,32 @@ def test_a_failed_write_is_raised_by_close():
     w.write(b"x")
     with pytest.raises(OSError, match="no space"):
         w.close()
+
+
+def test_prefetched_yields_everything_in_order_and_raises_where_the_source_failed():
+    from beam_jobs._background import prefetched
+
+    assert list(prefetched(iter(range(1000)), depth=3)) == list(range(1000))
+
+    def failing():
+        yield 1
+        yield 2
+        raise ValueError("cannot parse CSV file x.csv after row 2")
+
+    got = []
+    with pytest.raises(ValueError, match="after row 2"):
+        for item in prefetched(failing()):
+            got.append(item)
+    assert got == [1, 2]
+
+
+def test_prefetched_stops_its_thread_when_the_consumer_stops_early():
+    import threading
+
+    from beam_jobs._background import prefetched
+
+    before = threading.active_count()
+    for item in prefetched(iter(range(10**9))):
+        if item == 5:
+            break
+    assert threading.active_count() == before
