@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 
 from beam_jobs._encode_general import Column, varint_bytes
 
-__all__ = ["encode_batch", "encode_record_batch", "masked_crc32c"]
+__all__ = ["encode_batch", "encode_record_batch"]
 
 _U8 = np.uint8
 _U64 = np.uint64
@@ -53,11 +53,6 @@ _CRC_TABLE = _crc32c_table()
 def _mask(crc: np.ndarray) -> np.ndarray:
     crc = crc.astype(np.uint32)
     return ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(0xA282EAD8)
-
-
-def masked_crc32c(data: bytes) -> int:
-    crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
 def _length_headers(lengths: np.ndarray) -> np.ndarray:
@@ -324,8 +319,9 @@ def encode_batch(columns, num_rows: int, *, framed: bool = False):
         if len(c.present) != num_rows:
             raise ValueError(f"column {c.key!r} has {len(c.present)} rows, expected {num_rows}")
     n = num_rows
-    slotted = [c for c in cols if _is_slotted(c)]
-    general = [c for c in cols if not _is_slotted(c)]
+    fits = [_is_slotted(c) for c in cols]
+    slotted = [c for c, f in zip(cols, fits) if f]
+    general = [c for c, f in zip(cols, fits) if not f]
     body = _Slots(n)  # the slotted entries; the header needs the total length first
     features_len = np.zeros(n, np.int64)
     for c in slotted:
@@ -333,8 +329,7 @@ def encode_batch(columns, num_rows: int, *, framed: bool = False):
     general_items = [_general_items(c, n) for c in general]
     for _, item_lengths in general_items:
         features_len += item_lengths
-    header_size = _varint_sizes(features_len)
-    record_len = 1 + header_size + features_len
+    record_len = 1 + _varint_sizes(features_len) + features_len
     rows = _Slots(n)
     if framed:
         rows.block(_length_headers(record_len), None)
