@@ -116,19 +116,18 @@ class Column:
         k = self.counts_present
         value_row_start = np.cumsum(k) - k
         if self.dtype == "float32":
-            self.value_sizes = None
             payload = 4 * k
-            list_len = np.where(k > 0, 1 + varint_size(payload) + payload, 0)
-        elif self.dtype == "int64":
-            self.value_sizes = varint_size(self.values.view(np.uint64))
-            cs = np.concatenate([[0], np.cumsum(self.value_sizes)])
-            payload = cs[value_row_start + k] - cs[value_row_start]
-            list_len = np.where(k > 0, 1 + varint_size(payload) + payload, 0)
         else:
-            self.value_sizes = 1 + varint_size(self.value_lengths) + self.value_lengths
-            cs = np.concatenate([[0], np.cumsum(self.value_sizes)])
+            if self.dtype == "int64":
+                value_sizes = varint_size(self.values.view(np.uint64))
+            else:
+                value_sizes = 1 + varint_size(self.value_lengths) + self.value_lengths
+            # Where each value's bytes start within the column's values, and the total last.
+            self.value_starts_in_payload = np.concatenate([[0], np.cumsum(value_sizes)])
+            cs = self.value_starts_in_payload
             payload = cs[value_row_start + k] - cs[value_row_start]
-            list_len = payload
+        # A bytes list is its repeated values; float and int64 lists are packed.
+        list_len = payload if self.dtype == "bytes" else np.where(k > 0, 1 + varint_size(payload) + payload, 0)
         self.value_row_start = value_row_start
         self.payload = payload
         self.list_len = list_len
@@ -169,7 +168,7 @@ class Column:
         row_of_value = np.repeat(np.arange(len(k)), k)
         if row_of_value.size == 0:
             return
-        cs = np.concatenate([[0], np.cumsum(self.value_sizes)])
+        cs = self.value_starts_in_payload
         value_pos = p[row_of_value] + cs[:-1] - cs[self.value_row_start[row_of_value]]
         if self.dtype == "int64":
             put_varint(buf, value_pos, self.values.view(np.uint64))

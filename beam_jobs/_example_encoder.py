@@ -20,12 +20,12 @@ default the runtime fills in. An empty list is kept as an empty list.
 
 from __future__ import annotations
 
-import google_crc32c
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from beam_jobs._encode_general import Column, varint_bytes
+from beam_jobs._tfrecord import FOOTER_BYTES, frame_headers, frames_array, offsets_of, seal_frames
 
 __all__ = ["encode_batch", "encode_record_batch"]
 
@@ -36,35 +36,6 @@ _U64 = np.uint64
 _MAX_PADDING_RATIO = 2.0
 _PADDING_SLACK = 16
 _CACHE_BYTES = 1 << 20
-_FRAME_HEADER = 12  # uint64 length + masked CRC32C of it
-_FRAME_FOOTER = 4  # masked CRC32C of the record
-
-
-def _crc32c_table() -> np.ndarray:
-    table = np.arange(256, dtype=np.uint32)
-    for _ in range(8):
-        table = np.where(table & 1, (table >> 1) ^ np.uint32(0x82F63B78), table >> 1).astype(np.uint32)
-    return table
-
-
-_CRC_TABLE = _crc32c_table()
-
-
-def _mask(crc: np.ndarray) -> np.ndarray:
-    crc = crc.astype(np.uint32)
-    return ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(0xA282EAD8)
-
-
-def _length_headers(lengths: np.ndarray) -> np.ndarray:
-    """(n, 12) TFRecord headers: little-endian uint64 length, then its masked CRC32C."""
-    n = len(lengths)
-    out = np.empty((n, _FRAME_HEADER), _U8)
-    out[:, :8] = lengths.astype("<u8").view(_U8).reshape(n, 8)
-    crc = np.full(n, 0xFFFFFFFF, np.uint32)
-    for i in range(8):
-        crc = _CRC_TABLE[(crc ^ out[:, i]) & 0xFF] ^ (crc >> np.uint32(8))
-    out[:, 8:] = _mask(crc ^ np.uint32(0xFFFFFFFF)).astype("<u4").view(_U8).reshape(n, 4)
-    return out
 
 
 def _varint_sizes(v: np.ndarray) -> np.ndarray:
@@ -295,14 +266,10 @@ def _general_items(c: Column, n: int):
     """The column's map entries as one binary value per row (empty where absent), and their lengths."""
     lengths = np.zeros(n, np.int64)
     lengths[c.present] = c.layout()
-    offsets = _offsets(lengths)
+    offsets = offsets_of(lengths)
     buf = np.empty(int(offsets[-1]), _U8)
     c.write(buf, offsets[:-1][c.present])
-    return _large_binary(buf, offsets), lengths
-
-
-def _large_binary(buf: np.ndarray, offsets: np.ndarray) -> pa.Array:
-    return pa.Array.from_buffers(pa.large_binary(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(buf)])
+    return frames_array(buf, offsets), lengths
 
 
 def encode_batch(columns, num_rows: int, *, framed: bool = False):
@@ -332,27 +299,27 @@ def encode_batch(columns, num_rows: int, *, framed: bool = False):
     record_len = 1 + _varint_sizes(features_len) + features_len
     rows = _Slots(n)
     if framed:
-        rows.block(_length_headers(record_len), None)
+        rows.block(frame_headers(record_len), None)
     rows.fields([b"\x0a", features_len], None)
     rows.extend(body)
     if framed and not general:
-        rows.const(b"\0" * _FRAME_FOOTER, None)
+        rows.const(b"\0" * FOOTER_BYTES, None)
     buf = rows.compact() if n else np.zeros(0, _U8)
     lengths = rows.lengths
     if general:
-        pieces = [_large_binary(buf, _offsets(lengths))] + [items for items, _ in general_items]
+        pieces = [frames_array(buf, offsets_of(lengths))] + [items for items, _ in general_items]
         lengths = lengths + sum(item_lengths for _, item_lengths in general_items)
         if framed:
-            pieces.append(_large_binary(np.zeros(_FRAME_FOOTER * n, _U8), np.arange(n + 1, dtype=np.int64) * _FRAME_FOOTER))
-            lengths = lengths + _FRAME_FOOTER
+            pieces.append(frames_array(np.zeros(FOOTER_BYTES * n, _U8), np.arange(n + 1, dtype=np.int64) * FOOTER_BYTES))
+            lengths = lengths + FOOTER_BYTES
         joined = pc.binary_join_element_wise(*pieces, pa.scalar(b"", pa.large_binary()))
         offs = np.frombuffer(joined.buffers()[1], np.int64)[joined.offset : joined.offset + n + 1]
         # Arrow's buffers are read-only; the frame footers are written in place.
         buf = np.array(np.frombuffer(joined.buffers()[2], _U8)[offs[0] : offs[-1]]) if n else buf
-    offsets = _offsets(lengths)
+    offsets = offsets_of(lengths)
     if not framed:
         return buf, offsets
-    return (buf, offsets, _seal(buf, offsets))
+    return (buf, offsets, seal_frames(buf, offsets))
 
 
 def encode_record_batch(batch, *, framed: bool = False):
@@ -372,22 +339,3 @@ def encode_record_batch(batch, *, framed: bool = False):
         columns.append((name, dtype, array))
     out = encode_batch(columns, batch.num_rows, framed=framed)
     return out[:2]
-
-
-def _offsets(lengths: np.ndarray) -> np.ndarray:
-    offsets = np.zeros(len(lengths) + 1, np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    return offsets
-
-
-def _seal(buf: np.ndarray, frame_offsets: np.ndarray) -> np.ndarray:
-    """Writes each frame's footer (masked CRC32C of its record); returns the CRCs."""
-    n = len(frame_offsets) - 1
-    if n == 0:
-        return np.zeros(0, np.uint32)
-    raw = buf.tobytes()  # google_crc32c takes bytes, not memoryview slices
-    records = map(raw.__getitem__, map(slice, (frame_offsets[:-1] + _FRAME_HEADER).tolist(), (frame_offsets[1:] - _FRAME_FOOTER).tolist()))
-    crcs = np.fromiter(map(google_crc32c.value, records), np.uint32, n)
-    footer = _mask(crcs).astype("<u4").view(_U8).reshape(n, 4)
-    buf[(frame_offsets[1:] - _FRAME_FOOTER)[:, None] + np.arange(4)] = footer
-    return crcs

@@ -40,7 +40,7 @@ from beam_jobs._background import BackgroundWriter, prefetched
 from beam_jobs._config import JobConfig, decided_types
 from beam_jobs._example_encoder import encode_batch
 from beam_jobs._finalize import finalize_dataset
-from beam_jobs._tfrecord import TFRecordError, frames_array, frames_data
+from beam_jobs._tfrecord import TFRecordError, frames_array, frames_data, offsets_of
 
 logger = logging.getLogger(__name__)
 
@@ -208,15 +208,8 @@ class _ConvertFiles(beam.DoFn):
                 order = np.argsort(shard_of, kind="stable")
             # One C++ gather puts each shard's frames back to back.
             picked = frames if len(ids) == good and np.all(order[1:] > order[:-1]) else frames.take(ids[order])
-            data, lengths = frames_data(picked)
-            ends = np.cumsum(lengths)
-            counts = np.bincount(shard_of, minlength=cfg.num_shards[s])
-            first = 0
-            for shard in np.flatnonzero(counts):
-                last = first + int(counts[shard])
-                lo = int(ends[first - 1]) if first else 0
-                self._write_fragment(s, int(shard), where, data[lo : int(ends[last - 1])], lengths[first:last])
-                first = last
+            for shard, data, lengths in _groups(picked, np.bincount(shard_of, minlength=cfg.num_shards[s])):
+                self._write_fragment(s, shard, where, data, lengths)
             name = cfg.splits[s][0]
             self._stats["split_records"][name] = self._stats["split_records"].get(name, 0) + len(ids)
         self._records.inc(good)
@@ -364,9 +357,9 @@ class _CommitShard(beam.DoFn):
                 while first < len(lengths):
                     start = int(ends[first - 1]) if first else 0
                     last = max(first + 1, int(np.searchsorted(ends, start + self._READ_BYTES, side="right")))
-                    data = _read_exactly(src, int(ends[last - 1]) - start, f["path"])
-                    offsets = np.concatenate([[0], ends[first:last] - start])
-                    yield frames_array(data, offsets)
+                    data = np.empty(int(ends[last - 1]) - start, np.uint8)
+                    _read_into(src, memoryview(data), f["path"])
+                    yield frames_array(data, offsets_of(lengths[first:last]))
                     first = last
 
     def _merged(self, fragments, out, rng, total_bytes: int) -> int:
@@ -387,7 +380,7 @@ class _CommitShard(beam.DoFn):
                 first += count
         sizes = np.array([len(r[2]) for r in runs], np.int64)
         labels = rng.permutation(np.repeat(np.arange(len(runs), dtype=np.int32), sizes))
-        bounds = [np.concatenate([[0], np.cumsum(r[2])]) for r in runs]
+        bounds = [offsets_of(r[2]) for r in runs]
         taken = np.zeros(len(runs), np.int64)
         step = max(1, len(labels) * self._WRITE_BYTES // max(total_bytes, 1))
         files = [FileSystems.open(f["path"], compression_type=CompressionTypes.UNCOMPRESSED) for f in fragments]
@@ -410,7 +403,7 @@ class _CommitShard(beam.DoFn):
                 # sort of the labels lists the slice's frames in buffer order.
                 where = np.empty(len(drawn), np.int64)
                 where[np.argsort(drawn, kind="stable")] = np.arange(len(drawn))
-                out.write(frames_data(frames_array(buf, np.concatenate([[0], np.cumsum(lengths)])).take(where))[0])
+                out.write(frames_data(frames_array(buf, offsets_of(lengths)).take(where))[0])
         finally:
             for f in files:
                 f.close()
@@ -426,7 +419,7 @@ class _CommitShard(beam.DoFn):
                 _read_into(src, memoryview(buf)[at : at + f["bytes"]], f["path"])
             at += f["bytes"]
         lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
-        return frames_array(buf, np.concatenate([[0], np.cumsum(lengths)]))
+        return frames_array(buf, offsets_of(lengths))
 
     @staticmethod
     def _index(f) -> np.ndarray:
@@ -452,21 +445,14 @@ class _CommitShard(beam.DoFn):
             try:
                 for piece in self._pieces(fragments):
                     bucket_of = rng.integers(0, buckets, size=len(piece))
-                    order = np.argsort(bucket_of, kind="stable")
-                    data, lengths = frames_data(piece.take(order))
-                    ends = np.cumsum(lengths)
-                    first = 0
-                    for b, count in enumerate(np.bincount(bucket_of, minlength=buckets)):
-                        if count:
-                            last = first + int(count)
-                            files[b].write(data[int(ends[first - 1]) if first else 0 : int(ends[last - 1])])
-                            sizes[b].append(lengths[first:last])
-                            first = last
+                    grouped = piece.take(np.argsort(bucket_of, kind="stable"))
+                    for b, data, lengths in _groups(grouped, np.bincount(bucket_of, minlength=buckets)):
+                        files[b].write(data)
+                        sizes[b].append(lengths)
                 for b, f in enumerate(files):
                     f.seek(0)
                     lengths = np.concatenate(sizes[b]) if sizes[b] else np.zeros(0, np.int64)
-                    offsets = np.concatenate([[0], np.cumsum(lengths)])
-                    self._write_permuted(frames_array(f.read(), offsets), out, rng)
+                    self._write_permuted(frames_array(f.read(), offsets_of(lengths)), out, rng)
                     records += len(lengths)
             finally:
                 for f in files:
@@ -483,19 +469,24 @@ class _CommitShard(beam.DoFn):
             out.write(frames_data(frames.take(perm[start : start + step]))[0])
 
 
+def _groups(frames: pa.Array, counts: np.ndarray):
+    """Yields (key, bytes, frame lengths) for each key with frames, given frames grouped
+    by key in key order and `counts[key]` frames per key."""
+    data, lengths = frames_data(frames)
+    ends = offsets_of(lengths)
+    first = 0
+    for key in np.flatnonzero(counts):
+        last = first + int(counts[key])
+        yield int(key), data[int(ends[first]) : int(ends[last])], lengths[first:last]
+        first = last
+
+
 def _read_into(src, view: memoryview, path: str) -> None:
     got = 0
     while got < len(view) and (n := src.readinto(view[got:])):
         got += n
     if got != len(view):
         raise TFRecordError(f"fragment {path} is truncated: wanted {len(view)} more bytes, got {got}")
-
-
-def _read_exactly(src, size: int, path: str) -> bytes:
-    data = src.read(size)
-    if len(data) != size:
-        raise TFRecordError(f"fragment {path} is truncated: wanted {size} bytes, got {len(data)}")
-    return data
 
 
 class _SplitCsv(beam.PTransform):

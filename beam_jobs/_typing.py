@@ -62,7 +62,7 @@ def count_types(batch: pa.RecordBatch) -> dict:
 def _count(valid: pa.Array) -> TypeCounts:
     n = len(valid)
     data, offsets = _text_buffers(valid)
-    widest = int(np.take(_CHAR_CLASS, data).max()) if data.size else _INT_CHARS
+    widest = _widest_class(data)
     if n and widest == _INT_CHARS and _casts(valid, pa.int64()):
         return TypeCounts(n, n, 0)
     if n and widest <= _FLOAT_CHARS and _casts(valid, pa.float64()):
@@ -103,6 +103,10 @@ def _text_buffers(col: pa.Array):
     width = np.int64 if pa.types.is_large_binary(col.type) else np.int32
     offsets = np.frombuffer(col.buffers()[1], width)[col.offset : col.offset + n + 1].astype(np.int64)
     return np.frombuffer(col.buffers()[2], np.uint8)[offsets[0] : offsets[-1]], offsets - offsets[0]
+
+
+def _widest_class(data: np.ndarray) -> int:
+    return int(np.take(_CHAR_CLASS, data).max()) if data.size else _INT_CHARS
 
 
 def _cell_classes(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -176,8 +180,7 @@ def convert_text_column(col: pa.Array, dtype: str):
     """Text cells -> typed array. Returns `(array, bad_mask)`; bad cells become null."""
     if dtype == "bytes":
         return col, np.zeros(len(col), bool)
-    data, _ = _text_buffers(col)
-    widest = int(np.take(_CHAR_CLASS, data).max()) if data.size else _INT_CHARS
+    widest = _widest_class(_text_buffers(col)[0])
     if widest <= (_INT_CHARS if dtype == "int64" else _FLOAT_CHARS):
         try:  # Arrow's strict parser takes clean columns whole, ~4x faster than the regex
             if dtype == "int64":
