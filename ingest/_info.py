@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from ingest import contract
 
-__all__ = ["load_info", "DatasetNotFoundError"]
+__all__ = ["load_info", "DatasetNotFoundError", "DatasetInfoError"]
 
 _HOW_TO_CREATE = "create one with: python -m beam_jobs.convert --source csv --input 'data/*.csv' --output DIR"
 
@@ -15,14 +15,19 @@ class DatasetNotFoundError(FileNotFoundError):
     pass
 
 
+class DatasetInfoError(ValueError):
+    """The metadata file exists but cannot be used: the message names the file and what is wrong."""
+
+
 def load_info(path: str) -> contract.DatasetInfo:
     """Returns the metadata of the converted dataset at `path`."""
     path = str(path).rstrip("/")
     meta = f"{path}/{contract.METADATA_FILENAME}"
     try:
         if tf.io.gfile.exists(meta):
-            with tf.io.gfile.GFile(meta, "r") as f:
-                return contract.DatasetInfo.from_json(f.read())
+            with tf.io.gfile.GFile(meta, "rb") as f:
+                data = f.read()
+            return _parse(meta, data)
         exists = tf.io.gfile.isdir(path)
         children = tf.io.gfile.listdir(path) if exists else []
     except tf.errors.PermissionDeniedError as e:
@@ -42,3 +47,12 @@ def load_info(path: str) -> contract.DatasetInfo:
             f"{contract.METADATA_FILENAME}, so its conversion did not finish. Rerun the conversion into it."
         )
     raise DatasetNotFoundError(f"{path} is not a converted dataset (no {contract.METADATA_FILENAME}); {_HOW_TO_CREATE}")
+
+
+def _parse(meta: str, data: bytes) -> contract.DatasetInfo:
+    try:
+        return contract.DatasetInfo.from_json(data.decode("utf-8"))
+    except ValueError as e:  # UnicodeDecodeError included
+        fix = "" if "format_version" in str(e) else (
+            ". The file was edited, or only partly written or copied: restore it, or reconvert the dataset")
+        raise DatasetInfoError(f"{meta} is not usable dataset metadata: {e}{fix}") from e

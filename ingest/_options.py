@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 __all__ = ["PipelineOptions"]
 
@@ -44,10 +45,17 @@ class PipelineOptions:
         advises for input pipelines (parallelism comes from parallel calls).
     symbolic_checkpoint: checkpoint iterator positions instead of buffered elements
         (smaller checkpoints). Off by default: on the 21-feature benchmark it cut
-        throughput from 151k to 11k examples/s (TF 2.21, 2 cores). It also rules out the
-        shard check (tf.data cannot checkpoint ignore_errors symbolically: a corrupt
-        shard then fails with TensorFlow's own error, which does not name the file, and
-        `skip_corrupt` is refused), and block parsing (tf.data cannot checkpoint rebatch).
+        throughput from 151k to 11k examples/s (TF 2.21, 2 cores). It also rules out
+        skipping corrupt records (tf.data cannot checkpoint ignore_errors symbolically: a
+        corrupt record then fails with TensorFlow's own error, which does not name the
+        file, and `skip_corrupt` is refused; missing shards and record counts that
+        disagree with the metadata are still named), and block parsing (tf.data cannot
+        checkpoint rebatch).
+    service_timeout_s: with `service=...`, how long the trainer waits for a batch before
+        it raises an error naming the dispatcher and saying a worker was most likely lost
+        (TensorFlow's service client can otherwise wait forever for a killed worker). Auto:
+        60 s, no shorter than TF's default dispatcher worker timeout (a worker is declared
+        dead after a minute or more without heartbeats). Set it above the slowest batch.
     """
 
     cycle_length: int | None = None
@@ -62,6 +70,7 @@ class PipelineOptions:
     private_threadpool_size: int | None = None
     max_intra_op_parallelism: int | None = None
     symbolic_checkpoint: bool = False
+    service_timeout_s: float | None = None
 
     def __post_init__(self):
         for name in ("cycle_length", "num_parallel_calls", "parse_block", "shuffle_buffer", "read_buffer_bytes",
@@ -71,3 +80,7 @@ class PipelineOptions:
         _check_positive("prefetch", self.prefetch, allow_zero=True)
         if not isinstance(self.symbolic_checkpoint, bool):
             raise ValueError(f"PipelineOptions.symbolic_checkpoint must be a bool, got {self.symbolic_checkpoint!r}")
+        t = self.service_timeout_s
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < math.inf):
+            raise ValueError(f"PipelineOptions.service_timeout_s must be a positive number of seconds or None "
+                             f"(automatic: 60), got {t!r}")

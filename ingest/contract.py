@@ -100,9 +100,29 @@ class FeatureSpec:
         return d
 
     @classmethod
-    def from_json(cls, d: Mapping) -> "FeatureSpec":
-        d = dict(d)
-        d["shape"] = tuple(d.get("shape", ()))
+    def from_json(cls, d: Mapping, where: str = "feature") -> "FeatureSpec":
+        d = dict(_object(d, where))
+        known = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(d) - set(known))
+        if unknown:
+            raise ValueError(f"{where} has unknown key(s) {unknown}; known keys: {known}")
+        name = _typed(d, "name", str, where)
+        where = f"{where} ({name!r})"
+        _typed(d, "dtype", str, where)
+        shape = _typed(d, "shape", list, where, default=[])
+        if len(shape) > 1 or any(k is not None and (not _is_int(k) or k < 0) for k in shape):
+            raise ValueError(f"{where}.shape must be [], [k] with k >= 0, or [null], got {shape!r}")
+        d["shape"] = tuple(shape)
+        for key in ("missing", "min_length", "max_length"):
+            value = d.get(key)
+            if value is not None and (not _is_int(value) or value < 0):
+                raise ValueError(f"{where}.{key} must be a non-negative integer, got {value!r}")
+        _typed(d, "role", (str, type(None)), where, default=None)
+        _typed(d, "text", bool, where, default=False)
+        kinds = {"int64": int, "float32": (int, float), "bytes": str}.get(d["dtype"], object)
+        default = d.get("default")
+        if default is not None and (isinstance(default, bool) or not isinstance(default, kinds)):
+            raise ValueError(f"{where}.default {default!r} does not fit dtype {d['dtype']!r}")
         return cls(**d)
 
 
@@ -110,11 +130,58 @@ def _natural_default(dtype: str):
     return {"int64": 0, "float32": 0.0, "bytes": ""}[dtype]
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+_MISSING = object()
+_JSON_NAMES = {Mapping: "an object", dict: "an object", list: "a list", str: "a string", int: "an integer",
+               float: "a number", bool: "true or false", type(None): "null"}
+
+
+def _found(value) -> str:
+    return f"{_JSON_NAMES.get(type(value), type(value).__name__)} {value!r:.80}"
+
+
+def _object(value, where: str) -> Mapping:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where} must be an object, got {_found(value)}")
+    return value
+
+
+def _typed(d: Mapping, key: str, kinds, where: str, *, default=_MISSING):
+    """d[key], checked against `kinds`; the error says where in the metadata and what was found."""
+    if key not in d:
+        if default is _MISSING:
+            raise ValueError(f"{where} has no {key!r} key")
+        return default
+    value = d[key]
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        raise ValueError(f"{where}.{key} must be {' or '.join(_JSON_NAMES[k] for k in kinds)}, got {_found(value)}")
+    return value
+
+
 @dataclasses.dataclass(frozen=True)
 class ShardInfo:
     filename: str
     records: int
     bytes: int
+
+    @classmethod
+    def from_json(cls, d: Mapping, where: str = "shard") -> "ShardInfo":
+        d = _object(d, where)
+        filename = _typed(d, "filename", str, where)
+        # Shards live inside the dataset directory: no absolute paths, no way out of it.
+        if not filename or filename.startswith(("/", "\\")) or "://" in filename or ".." in re.split(r"[/\\]", filename):
+            raise ValueError(f"{where}.filename must name a file inside the dataset directory, got {filename!r}")
+        counts = {}
+        for key in ("records", "bytes"):
+            value = _typed(d, key, int, where)
+            if value < 0:
+                raise ValueError(f"{where}.{key} must be >= 0, got {value}")
+            counts[key] = value
+        return cls(filename, counts["records"], counts["bytes"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,8 +206,17 @@ class SplitInfo:
         }
 
     @classmethod
-    def from_json(cls, d: Mapping) -> "SplitInfo":
-        return cls(name=d["name"], shards=tuple(ShardInfo(**s) for s in d["shards"]))
+    def from_json(cls, d: Mapping, where: str = "split") -> "SplitInfo":
+        d = _object(d, where)
+        name = _typed(d, "name", str, where)
+        where = f"{where} ({name!r})"
+        shards = tuple(ShardInfo.from_json(s, f"{where}.shards[{i}]") for i, s in enumerate(_typed(d, "shards", list, where)))
+        split = cls(name=name, shards=shards)
+        # The totals are derived from the shards; a disagreement means a hand edit.
+        for key in ("records", "bytes"):
+            if key in d and d[key] != getattr(split, key):
+                raise ValueError(f"{where}.{key} is {d[key]!r} but its shards add up to {getattr(split, key)}")
+        return split
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,6 +238,8 @@ class DatasetInfo:
     # "formats": images per stored format, "actions": re-encoded/resized/... counts}.
     # Empty for tabular data.
     image: Mapping = dataclasses.field(default_factory=dict)
+    # What the conversion noticed that readers should know (e.g. a split that got no records).
+    warnings: tuple = ()
 
     def __post_init__(self):
         if self.compression not in COMPRESSIONS:
@@ -204,6 +282,7 @@ class DatasetInfo:
                 "quarantine": dict(self.quarantine),
                 **({"labels": list(self.labels)} if self.labels else {}),
                 **({"image": dict(self.image)} if self.image else {}),
+                **({"warnings": list(self.warnings)} if self.warnings else {}),
             },
             indent=2,
             sort_keys=False,
@@ -211,23 +290,43 @@ class DatasetInfo:
 
     @classmethod
     def from_json(cls, text: str) -> "DatasetInfo":
-        d = json.loads(text)
-        version = d.get("format_version")
+        """Parses and checks metadata; a ValueError says what is wrong and where in the file."""
+        if not text.strip():
+            raise ValueError("it is empty")
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as e:
+            cut = e.pos >= len(text.rstrip()) - 1 or e.msg.startswith("Unterminated string")
+            raise ValueError(f"it is not valid JSON{' (cut short?)' if cut else ''}: {e}") from e
+        d = _object(d, "the metadata")
+        version = _typed(d, "format_version", int, "metadata")
         if version != FORMAT_VERSION:
             raise ValueError(
                 f"dataset metadata has format_version {version!r}; this version of ingest "
                 f"reads format_version {FORMAT_VERSION}: reconvert the dataset or upgrade ingest"
             )
+        features = _typed(d, "features", list, "metadata")
+        splits = _typed(d, "splits", list, "metadata")
+        names = [_typed(s, "name", str, f"metadata.splits[{i}]") if isinstance(s, Mapping) else None
+                 for i, s in enumerate(splits)]
+        twice = sorted({n for n in names if n is not None and names.count(n) > 1})
+        if twice:
+            raise ValueError(f"metadata.splits lists split(s) {twice} more than once")
+        labels = _typed(d, "labels", list, "metadata", default=[])
+        warnings = _typed(d, "warnings", list, "metadata", default=[])
+        if not all(isinstance(x, str) for x in labels):
+            raise ValueError(f"metadata.labels must be a list of strings, got {labels!r:.200}")
         return cls(
-            features=tuple(FeatureSpec.from_json(f) for f in d["features"]),
-            splits=tuple(SplitInfo.from_json(s) for s in d["splits"]),
-            compression=d.get("compression", "none"),
-            label=d.get("label"),
-            source=d.get("source", {}),
-            options=d.get("options", {}),
-            quarantine=d.get("quarantine", {}),
-            created=d.get("created", ""),
+            features=tuple(FeatureSpec.from_json(f, f"metadata.features[{i}]") for i, f in enumerate(features)),
+            splits=tuple(SplitInfo.from_json(s, f"metadata.splits[{i}]") for i, s in enumerate(splits)),
+            compression=_typed(d, "compression", str, "metadata", default="none"),
+            label=_typed(d, "label", (str, type(None)), "metadata", default=None),
+            source=_typed(d, "source", Mapping, "metadata", default={}),
+            options=_typed(d, "options", Mapping, "metadata", default={}),
+            quarantine=_typed(d, "quarantine", Mapping, "metadata", default={}),
+            created=_typed(d, "created", str, "metadata", default=""),
             format_version=version,
-            labels=tuple(d.get("labels", ())),
-            image=d.get("image", {}),
+            labels=tuple(labels),
+            image=_typed(d, "image", Mapping, "metadata", default={}),
+            warnings=tuple(warnings),
         )

@@ -1,0 +1,238 @@
+"""make_dataset on damaged datasets: missing or overfull shards, bad metadata, empty splits.
+
+Each test converts a real dataset, damages a copy with plain file operations, and checks
+that the runtime stops with an error naming what is wrong, or (skip_corrupt=True) skips
+and counts. Damage that used to hang runs under `_finishes`, so that a regression fails
+the test instead of hanging the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import threading
+
+import pytest
+import tensorflow as tf
+
+import ingest
+from tests.conftest import run_convert, write_text
+
+N = 1000
+SHARDS = 8
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    """N rows with a unique id, in SHARDS shards."""
+    root = tmp_path_factory.mktemp("faults")
+    src = write_text(root / "in" / "a.csv", "id,x\n" + "".join(f"{i},{i / 4}\n" for i in range(N)))
+    run_convert("--source", "csv", "--input", src, "--output", root / "ds", "--num_shards", SHARDS)
+    return str(root / "ds")
+
+
+@pytest.fixture
+def copy(source, tmp_path):
+    dst = str(tmp_path / "ds")
+    shutil.copytree(source, dst)
+    return dst
+
+
+def _shard(path, index=2):
+    """(file path, records) of one shard of the train split."""
+    shard = ingest.load_info(path).split("train").shards[index]
+    return os.path.join(path, shard.filename), shard.records
+
+
+def _finishes(fn, seconds=120):
+    """Runs fn() in a thread; returns its result, re-raises its error, fails if it is still running.
+
+    A guard against hangs, not a speed check: the bound is far above the seconds this takes.
+    """
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # noqa: BLE001  (handed to the test thread)
+            out["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"still running after {seconds} s: hung"
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+def _ids(ds, seen=None):
+    seen = [] if seen is None else seen
+    for batch in ds:
+        seen.extend(batch["id"].numpy().tolist())
+    return seen
+
+
+# 1. A missing shard file.
+
+def test_missing_shard_is_refused_when_building_naming_the_file(copy):
+    victim, records = _shard(copy)
+    os.remove(victim)
+    with pytest.raises(FileNotFoundError, match=rf"{re.escape(victim)} \({records} records\).*skip_corrupt=True"):
+        ingest.make_dataset(copy, batch_size=64)
+
+
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_shard_deleted_after_building_is_an_error_naming_it(copy, symbolic):
+    victim, records = _shard(copy)
+    ds = ingest.make_dataset(copy, batch_size=64, options=ingest.PipelineOptions(symbolic_checkpoint=symbolic))
+    os.remove(victim)
+    with pytest.raises(tf.errors.OpError, match=rf"shard {re.escape(victim)} is missing.*{records} records"):
+        _finishes(lambda: _ids(ds))
+
+
+@pytest.mark.parametrize("when", ["before building", "after building"])
+def test_skip_corrupt_counts_every_record_of_a_missing_shard_and_goes_on(copy, when):
+    victim, records = _shard(copy)
+    if when == "before building":
+        os.remove(victim)
+    ds = ingest.make_dataset(copy, batch_size=64, skip_corrupt=True, num_epochs=2)
+    if when == "after building":
+        os.remove(victim)
+    before = ingest.skipped_corrupt_records().get(victim, 0)
+    ids = _finishes(lambda: _ids(ds))
+    assert len(ids) == 2 * (N - records) and len(set(ids)) == N - records
+    assert ingest.skipped_corrupt_records()[victim] - before == 2 * records
+
+
+def test_missing_shard_on_gcs_is_named_when_building_and_when_reading(source, tmp_path):
+    from tests.gcs import GcsEmulator
+
+    os.makedirs(tmp_path / "gcs")
+    emulator = GcsEmulator(str(tmp_path / "gcs"))
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            for k, v in emulator.env().items():
+                patch.setenv(k, v)
+            bucket = emulator.client().create_bucket("bkt")
+            for name in os.listdir(source):
+                bucket.blob(f"d[1]/{name}").upload_from_filename(os.path.join(source, name))
+            path = "gs://bkt/d[1]"  # glob characters: the in-graph lookup must not treat them as a pattern
+            info = ingest.load_info(path)
+            first, second = (info.split("train").shards[i] for i in (1, 2))
+            ds = ingest.make_dataset(path, batch_size=64)
+            bucket.blob(f"d[1]/{first.filename}").delete()
+            with pytest.raises(FileNotFoundError, match=re.escape(f"{path}/{first.filename} ({first.records} records)")):
+                ingest.make_dataset(path, batch_size=64)
+            with pytest.raises(tf.errors.OpError, match=rf"shard {re.escape(f'{path}/{first.filename}')} is missing"):
+                _finishes(lambda: _ids(ds))
+            ds = ingest.make_dataset(path, batch_size=64, skip_corrupt=True)
+            bucket.blob(f"d[1]/{second.filename}").delete()
+            assert len(_finishes(lambda: _ids(ds))) == N - first.records - second.records
+    finally:
+        emulator.stop()
+
+
+def test_read_records_refuses_a_missing_shard(copy):
+    victim, _ = _shard(copy, 0)
+    os.remove(victim)
+    with pytest.raises(FileNotFoundError, match=re.escape(victim)):
+        _finishes(lambda: ingest.diagnose(copy, step_time_ms=10, batch_size=64))
+
+
+# 2. A shard holding more records than its metadata says.
+
+@pytest.mark.parametrize("skip_corrupt, symbolic", [(False, False), (True, False), (False, True)])
+def test_shard_with_more_records_than_its_metadata_is_an_error_naming_it(copy, skip_corrupt, symbolic):
+    victim, records = _shard(copy)
+    with open(victim, "rb") as f:
+        frames = f.read()
+    with open(victim, "ab") as f:  # the shard's own records again: valid frames, twice as many
+        f.write(frames)
+    ds = ingest.make_dataset(copy, batch_size=16, skip_corrupt=skip_corrupt, shuffle=False,
+                             options=ingest.PipelineOptions(symbolic_checkpoint=symbolic))
+    seen = []
+    with pytest.raises(tf.errors.OpError, match=rf"shard {re.escape(victim)} holds more records than its "
+                       rf"metadata says.*{records}.*metadata and the shard disagree"):
+        _finishes(lambda: _ids(ds, seen))
+    assert len(seen) == len(set(seen))  # none of the extra copies was delivered
+
+
+# 3. A malformed dataset_info.json.
+
+def _truncate(text):
+    return text[: len(text) // 2]
+
+
+def _edit(change):
+    def apply(text):
+        d = json.loads(text)
+        change(d)
+        return json.dumps(d)
+    return apply
+
+
+MALFORMED = {
+    "truncated": (_truncate, r"not valid JSON \(cut short\?\)"),
+    "empty": (lambda text: "", r"it is empty"),
+    "not an object": (lambda text: "[1, 2]", r"the metadata must be an object, got a list"),
+    "no features key": (_edit(lambda d: d.pop("features")), r"metadata has no 'features' key"),
+    "features not a list": (_edit(lambda d: d.update(features={"id": "int64"})), r"metadata.features must be a list, got an object"),
+    "feature without dtype": (_edit(lambda d: d["features"][0].pop("dtype")), r"metadata.features\[0\] \('id'\) has no 'dtype' key"),
+    "feature shape of text": (_edit(lambda d: d["features"][1].update(shape="3")), r"metadata.features\[1\] \('x'\).shape must be a list, got a string"),
+    "unknown feature key": (_edit(lambda d: d["features"][0].update(dtpye="int64")), r"metadata.features\[0\] has unknown key\(s\) \['dtpye'\]"),
+    "records as text": (_edit(lambda d: d["splits"][0]["shards"][1].update(records="125")),
+                        r"metadata.splits\[0\] \('train'\).shards\[1\].records must be an integer, got a string '125'"),
+    "negative bytes": (_edit(lambda d: d["splits"][0]["shards"][0].update(bytes=-1)), r"shards\[0\].bytes must be >= 0, got -1"),
+    "shard outside the dataset": (_edit(lambda d: d["splits"][0]["shards"][0].update(filename="../../etc/passwd")),
+                                  r"shards\[0\].filename must name a file inside the dataset directory"),
+    "split without shards key": (_edit(lambda d: d["splits"][0].pop("shards")), r"metadata.splits\[0\] \('train'\) has no 'shards' key"),
+    "split total disagrees": (_edit(lambda d: d["splits"][0].update(records=5)), r"\('train'\).records is 5 but its shards add up to 1000"),
+    "label not a string": (_edit(lambda d: d.update(label=3)), r"metadata.label must be a string or null, got an integer 3"),
+    "bad dtype": (_edit(lambda d: d["features"][0].update(dtype="int32")), r"feature 'id': dtype must be one of"),
+    "default of the wrong type": (_edit(lambda d: d["features"][0].update(default="zero")), r"\('id'\).default 'zero' does not fit dtype 'int64'"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(MALFORMED))
+def test_malformed_metadata_names_the_file_and_what_is_wrong(copy, damage):
+    change, what = MALFORMED[damage]
+    meta = os.path.join(copy, "dataset_info.json")
+    with open(meta, encoding="utf-8") as f:
+        text = f.read()
+    with open(meta, "w", encoding="utf-8") as f:
+        f.write(change(text))
+    with pytest.raises(ValueError, match=rf"{re.escape(meta)} is not usable dataset metadata: .*{what}") as err:
+        ingest.make_dataset(copy, batch_size=8)
+    assert not isinstance(err.value, FileNotFoundError)
+
+
+def test_metadata_that_is_not_utf8_names_the_file(copy):
+    meta = os.path.join(copy, "dataset_info.json")
+    with open(meta, "rb") as f:
+        data = f.read()
+    with open(meta, "wb") as f:
+        f.write(data.decode("utf-8").encode("utf-16"))
+    with pytest.raises(ValueError, match=rf"{re.escape(meta)} is not usable dataset metadata: .*codec can't decode"):
+        ingest.load_info(copy)
+
+
+def test_metadata_of_the_conversion_still_reads_back(source):
+    info = ingest.load_info(source)
+    assert info.split("train").records == N and [f.name for f in info.features] == ["id", "x"]
+
+
+# 4. A split with zero records.
+
+def test_empty_split_is_a_clear_error_naming_it_and_the_splits_with_records(copy):
+    meta = os.path.join(copy, "dataset_info.json")
+    with open(meta, encoding="utf-8") as f:
+        d = json.load(f)
+    d["splits"].append({"name": "test", "records": 0, "bytes": 0, "shards": []})
+    with open(meta, "w", encoding="utf-8") as f:
+        json.dump(d, f)
+    with pytest.raises(ValueError, match=r"split 'test' of .* has no records.*Splits with records: train \(1000 records\)"):
+        ingest.make_dataset(copy, batch_size=8, split="test")
+    assert len(_ids(ingest.make_dataset(copy, batch_size=100))) == N
