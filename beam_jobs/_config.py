@@ -60,6 +60,7 @@ class JobConfig:
             "max_bad_fraction": self.max_bad_fraction,
             "delimiter": self.csv.delimiter if self.source_format == "csv" else None,
             "null_values": list(self.csv.null_values) if self.source_format == "csv" else None,
+            "allow_quoted_newlines": self.csv.allow_quoted_newlines if self.source_format == "csv" else None,
             "given_types": dict(self.given_types),
             **({"image": self.images.recorded()} if self.images is not None else {}),
         }

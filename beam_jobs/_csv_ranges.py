@@ -6,12 +6,14 @@ the line that straddles it (Hadoop's LineRecordReader rule). Neighbouring ranges
 on every cut, so each record is read exactly once, CRLF and a last line without a
 newline included.
 
-The rule is only right when every newline ends a record, which a quoted field holding
-a newline breaks. So before a file is read as ranges, its ranges are scanned (in
-parallel, numpy over the bytes): quote characters and newlines are counted, and for
+The rule is only right when every newline ends a record. By default it does: a quoted
+field may not span lines (`_csv_records`). With --allow_quoted_newlines, a quoted field
+holding a newline breaks it, so before a file is read as ranges, its ranges are scanned
+(in parallel, numpy over the bytes): quote characters and newlines are counted, and for
 both possible quote states at a range's start, the first newline inside quotes is
 noted. The true state at each range start is the parity of all quotes before it. A file
-with a newline inside quotes is read whole by one worker, and the log says so.
+with a newline inside quotes is read whole by one worker, and the log says so. (The
+scan also counts newlines, which give each range's rows their line numbers.)
 """
 
 from __future__ import annotations
@@ -90,11 +92,15 @@ def scan_range(path: str, start: int, end: int) -> RangeScan:
     return RangeScan(quotes, newlines, tuple(inside))
 
 
-def decide_ranges(path: str, scans) -> list | None:
-    """`scans`: [(start, end, RangeScan)] in file order. The ranges to read, or None: whole."""
+def decide_ranges(path: str, scans, *, quoted_newlines: bool = False) -> list | None:
+    """`scans`: [(start, end, RangeScan)] in file order. The ranges to read, or None: whole.
+
+    Unless `quoted_newlines` (--allow_quoted_newlines), every newline ends a record (a
+    line left inside quotes is quarantined on its own), so every cut is safe.
+    """
     ranges, parity, newlines = [], 0, 0
     for index, (start, end, scan) in enumerate(sorted(scans, key=lambda s: s[0])):
-        if scan.inside_quotes[parity] is not None:
+        if quoted_newlines and scan.inside_quotes[parity] is not None:
             logger.info(
                 "%s has a newline inside a quoted field (byte %d): reading it whole in one worker, not as %d ranges",
                 path, scan.inside_quotes[parity], len(scans),

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import errno
 import logging
+import os
 import posixpath
+import stat
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -57,30 +60,96 @@ def _sort_labels(labels) -> tuple:
 
 
 def list_folder(root: str) -> ImageCorpus:
-    """`root/<label>/<file>`: every image file one level below root; the folder is the label."""
+    """`root/<label>/<file>`: every image file one level below root; the folder is the label.
+
+    A link that cannot be followed (dangling, or a loop) where a label folder or an image
+    file would be, a folder that cannot be listed and a special file with an image name
+    become entries that are quarantined as `unreadable`, never silently left out.
+    """
     root = root.rstrip("/")
-    try:
-        found = [m for r in FileSystems.match([FileSystems.join(root, "*", "*")]) for m in r.metadata_list]
-    except Exception as e:
-        raise ImageInputError(f"cannot list --input {root}: {e}") from e
+    found = _local_tree(root) if FileSystems.get_scheme(root) is None else _remote_tree(root)
     prefix = root + "/"
     entries, sizes, skipped = [], [], 0
-    for m in sorted(found, key=lambda m: m.path):
-        rel = m.path[len(prefix):] if m.path.startswith(prefix) else m.path
+    for path, size, problem in sorted(found):
+        rel = path[len(prefix):] if path.startswith(prefix) else path
         parts = rel.split("/")
-        if len(parts) != 2 or not rel.lower().endswith(IMAGE_EXTENSIONS):
+        if problem is not None and len(parts) == 1:  # a label folder that cannot be entered
+            entries.append(ImageEntry(path=path, name=rel, label=None, problem=("unreadable", problem)))
+            sizes.append(0)
+            continue
+        if len(parts) != 2 or not rel.lower().endswith(IMAGE_EXTENSIONS) or size is None and problem is None:
             skipped += 1
             continue
-        entries.append(ImageEntry(path=m.path, name=rel, label=parts[0]))
-        sizes.append(m.size_in_bytes)
+        problem = None if problem is None else ("unreadable", problem)
+        entries.append(ImageEntry(path=path, name=rel, label=parts[0], problem=problem))
+        sizes.append(size or 0)
     if skipped:
-        logger.info("skipped %d file(s) under %s without an image extension %s", skipped, root, IMAGE_EXTENSIONS)
+        logger.info("skipped %d file(s) or folder(s) under %s that are not <label>/<file> with an image extension %s",
+                    skipped, root, IMAGE_EXTENSIONS)
     if not entries:
         raise ImageInputError(
             f"no image files found as {root}/<label>/<file> (extensions {', '.join(IMAGE_EXTENSIONS)}); "
             "give a class-per-folder tree or a manifest (.csv or .parquet) with --input"
         )
-    return ImageCorpus(tuple(entries), _sort_labels(e.label for e in entries), (), sum(sizes), tuple(sizes))
+    labels = _sort_labels(e.label for e in entries if e.label is not None)
+    return ImageCorpus(tuple(entries), labels, (), sum(sizes), tuple(sizes))
+
+
+def _remote_tree(root: str) -> list:
+    """(path, size, None) of the objects matching root/*/* (object stores have no links)."""
+    try:
+        found = [m for r in FileSystems.match([FileSystems.join(root, "*", "*")]) for m in r.metadata_list]
+    except Exception as e:
+        raise ImageInputError(f"cannot list --input {root}: {e}") from e
+    return [(m.path, m.size_in_bytes, None) for m in found]
+
+
+def _local_tree(root: str) -> list:
+    """(path, size or None, problem or None) of what lies one and two levels below root.
+
+    Beam's local listing silently drops what it cannot stat (a dangling link, a link
+    loop) and never enters a linked folder; this one follows links to folders and
+    files, and reports the ones it cannot follow. Size is None for folders and problems.
+    """
+    try:
+        top = list(os.scandir(root))
+    except OSError as e:
+        raise ImageInputError(f"cannot list --input {root}: {e.strerror}") from e
+    out = []
+    for label in top:
+        mode, problem = _follow(label.path)
+        if not stat.S_ISDIR(mode):  # a root-level file, or a link that cannot be followed
+            out.append((label.path, None, problem))
+            continue
+        try:
+            children = list(os.scandir(label.path))
+        except OSError as e:
+            out.append((label.path, None, f"cannot list label folder {label.path}: {e.strerror}"))
+            continue
+        for child in children:
+            mode, problem = _follow(child.path)
+            if problem is None and stat.S_ISREG(mode):
+                out.append((child.path, os.stat(child.path).st_size, None))
+            elif problem is None and not stat.S_ISDIR(mode):  # a FIFO would block its reader
+                out.append((child.path, None, f"{child.path} is not a regular file"))
+            else:
+                out.append((child.path, None, problem))
+    return out
+
+
+def _follow(path: str) -> tuple:
+    """(st_mode after following links, None), or (0, why the path cannot be followed)."""
+    try:
+        return os.stat(path).st_mode, None
+    except OSError as e:
+        if not os.path.islink(path):
+            return 0, f"cannot read {path}: {e.strerror}"
+        target = os.readlink(path)
+        if e.errno == errno.ELOOP:
+            return 0, f"symbolic link loop: {path} -> {target} leads back to itself"
+        if e.errno == errno.ENOENT:
+            return 0, f"dangling symbolic link: {path} -> {target}, which does not exist"
+        return 0, f"symbolic link {path} -> {target} cannot be followed: {e.strerror}"
 
 
 def _read_table(path: str) -> pa.Table:
@@ -120,17 +189,35 @@ def read_manifest(path: str, *, path_column: str, label_column: str, columns=Non
     paths = table.column(path_column).cast(pa.string()).to_pylist()
     labels = table.column(label_column).cast(pa.string()).to_pylist()
     extra_values = [table.column(c).to_pylist() for c in extras]
+    first_row = 1 if path.lower().endswith(".parquet") else 2  # a CSV header is row 1
+    unfit = _unfit_extras(table, extras, path, first_row)
     entries = []
     for i, (p, label) in enumerate(zip(paths, labels)):
         p = (p or "").strip()
         full = p if (not p or "://" in p or posixpath.isabs(p)) else FileSystems.join(base, p)
         label = label.strip() if isinstance(label, str) else None
-        entries.append(ImageEntry(path=full or f"{path}:row {i + 2}", name=p, label=label or None,
-                                  extras=tuple(v[i] for v in extra_values)))
+        entries.append(ImageEntry(path=full or f"{path}:row {i + first_row}", name=p, label=label or None,
+                                  extras=tuple(v[i] for v in extra_values),
+                                  problem=("type", unfit[i]) if i in unfit else None))
     if not entries:
         raise ImageInputError(f"manifest {path} has no rows")
     vocabulary = _sort_labels(e.label for e in entries if e.label)
     return ImageCorpus(tuple(entries), vocabulary, tuple(extra_types), _estimate_bytes(entries))
+
+
+def _unfit_extras(table: pa.Table, extras: list, path: str, first_row: int) -> dict:
+    """Row -> why one of its extra values cannot be stored (its image is quarantined)."""
+    unfit: dict = {}
+    for c in extras:
+        found: list = []
+        try:
+            _typing.canonical_arrow_column(table.column(c), c, unfit=found)
+        except _typing.UnstorableValue as e:
+            row = "" if e.index is None else f", row {e.index + first_row}"
+            raise ImageInputError(f"manifest {path}{row}: {e}") from None
+        for i, reason in found:
+            unfit.setdefault(i, reason)
+    return unfit
 
 
 def _estimate_bytes(entries) -> int:

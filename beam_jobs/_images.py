@@ -79,6 +79,7 @@ class ImageEntry:
     name: str  # relative path recorded in image/filename
     label: str | None  # class name; None when the manifest has none
     extras: tuple = ()  # values of the manifest's extra columns, in column order
+    problem: tuple | None = None  # (kind, reason) found at listing: quarantined without a read
 
 
 class BadImage(Exception):
@@ -205,6 +206,8 @@ def iter_image_chunks(entries, opts: ImageOptions, vocabulary: tuple, extra_type
     held = 0
     for position, entry in enumerate(entries):
         try:
+            if entry.problem is not None:
+                raise BadImage(*entry.problem)
             if entry.label is None or entry.label == "":
                 raise BadImage("missing_label", "the manifest gives no label for this image")
             if entry.label not in index:  # cannot happen for vocabularies built at launch

@@ -154,10 +154,19 @@ class _ConvertFiles(beam.DoFn):
                 arr, bad_cells = _typing.convert_text_column(raw, dtype)
                 for i in np.flatnonzero(bad_cells & ~bad_mask):
                     value = raw[i].as_py().decode("utf-8", "backslashreplace")
-                    bad.append(_sources.BadRow(path, int(rows[i]), f"column {name!r}: {value!r} is not a valid {dtype}", _sources.row_text(batch, i, cfg.csv), "type"))
+                    bad.append(_sources.BadRow(path, int(rows[i]), f"column {name!r}: {_typing.bad_cell_reason(value, dtype)}", _sources.row_text(batch, i, cfg.csv), "type"))
                 bad_mask |= bad_cells
             else:
-                got_dtype, got_shape, arr = _typing.canonical_arrow_column(raw, name)
+                unfit = []  # (row in chunk, reason): values the stored type cannot hold
+                try:
+                    got_dtype, got_shape, arr = _typing.canonical_arrow_column(raw, name, unfit=unfit)
+                except _typing.UnstorableValue as e:
+                    row = "" if e.index is None else f", row {int(rows[e.index])}"
+                    raise ValueError(f"input file {path}{row}: {e}") from e
+                for i, reason in unfit:
+                    if not bad_mask[i]:
+                        bad.append(_sources.BadRow(path, int(rows[i]), reason, _row_repr(cfg, batch, i), "type"))
+                    bad_mask[i] = True
                 if (got_dtype, got_shape) != (dtype, shape):
                     raise ValueError(
                         f"input file {path}: column {name!r} has type {raw.type} ({got_dtype}, shape {got_shape}), "
@@ -505,7 +514,7 @@ class _SplitCsv(beam.PTransform):
             # (file index, path, start, end)
             | "ScanRanges" >> beam.Map(lambda r: ((r[0], r[1]), (r[2], r[3], _csv_ranges.scan_range(*r[1:]))))
             | "ByFile" >> beam.GroupByKey()
-            | "DecideRanges" >> beam.FlatMap(_decided_ranges)
+            | "DecideRanges" >> beam.FlatMap(_decided_ranges, cfg.csv.allow_quoted_newlines)
         )
         return (planned.whole, decided) | "AllParts" >> beam.Flatten() | "SpreadParts" >> beam.Reshuffle()
 
@@ -520,9 +529,9 @@ def _plan_ranges(item, sizes, split_bytes):
         yield beam.pvalue.TaggedOutput("scan", (index, path, start, end))
 
 
-def _decided_ranges(element):
+def _decided_ranges(element, quoted_newlines):
     (index, path), scans = element
-    ranges = _csv_ranges.decide_ranges(path, list(scans))
+    ranges = _csv_ranges.decide_ranges(path, list(scans), quoted_newlines=quoted_newlines)
     Metrics.counter("ingest", "csv_files_read_as_ranges" if ranges else "csv_files_read_whole").inc()
     for r in ranges or [None]:
         yield (index, path, r)

@@ -3,13 +3,15 @@
 CSV cells arrive as bytes. Inference counts, per column, how many non-null cells look
 like an int64, a (non-integer) float, or neither; `decide_types` then picks the
 narrowest type that fits all but a tolerated fraction of cells (the rest are
-quarantined, so one stray "n/a" does not turn a million-row int column into text).
+quarantined, so one stray "n/a" does not turn a million-row int column into text), and
+never one that would merge or bend the values the column holds (`decide_types`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from typing import Mapping
 
 import numpy as np
@@ -24,6 +26,7 @@ __all__ = [
     "parse_column_flags",
     "load_schema_file",
     "convert_text_column",
+    "bad_cell_reason",
     "canonical_arrow_column",
 ]
 
@@ -32,18 +35,28 @@ _TYPE_ALIASES = {
     "float": "float32", "float32": "float32", "double": "float32",
     "string": "bytes", "str": "bytes", "bytes": "bytes", "text": "bytes",
 }
-_INT_RE = r"^\s*[+-]?\d{1,18}\s*$"
-_FLOAT_RE = r"(?i)^\s*[+-]?((\d+\.?\d*|\.\d+)(e[+-]?\d+)?|inf|infinity|nan)\s*$"
+# Number syntax, matched against cells trimmed of surrounding whitespace.
+_INT_RE = r"^[+-]?\d+$"
+_FLOAT_RE = r"(?i)^[+-]?((\d+\.?\d*|\.\d+)(e[+-]?\d+)?|inf|infinity|nan)$"
+_INTEGRAL_RE = r"^[+-]?\d+\.0*$"  # an integer with a zero fraction (123.0), as exports of int columns with gaps write them
+_LEADING_ZERO_RE = r"^[+-]?0\d"
+_INT64_LIMITS = ("9223372036854775807", "9223372036854775808")  # largest magnitudes: positive, negative
+_FLOAT32_EXACT_BITS = 24  # float32 holds an integer exactly iff its odd part is below 2**24
 
 
 @dataclasses.dataclass
 class TypeCounts:
+    """Of a column's non-null cells: how many are numbers of each kind (the rest are text)."""
+
     nonnull: int = 0
-    ints: int = 0
-    floats: int = 0  # numeric cells that are not int64
+    ints: int = 0  # integers that int64 holds
+    floats: int = 0  # other numbers that float32 holds (finite within its range, or inf/nan)
+    wide: int = 0  # integers beyond int64
+    zeros: int = 0  # integers written with a leading zero (ZIP codes, account numbers)
+    inexact: int = 0  # integers, as 123 or 123.0, that float32 cannot hold exactly
 
     def __add__(self, other: "TypeCounts") -> "TypeCounts":
-        return TypeCounts(self.nonnull + other.nonnull, self.ints + other.ints, self.floats + other.floats)
+        return TypeCounts(*(a + b for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(other))))
 
 
 def normalize_type(name: str, *, column: str) -> str:
@@ -61,24 +74,135 @@ def count_types(batch: pa.RecordBatch) -> dict:
 
 def _count(valid: pa.Array) -> TypeCounts:
     n = len(valid)
+    if not n:
+        return TypeCounts()
     data, offsets = _text_buffers(valid)
     widest = _widest_class(data)
-    if n and widest == _INT_CHARS and _casts(valid, pa.int64()):
-        return TypeCounts(n, n, 0)
-    if n and widest <= _FLOAT_CHARS and _casts(valid, pa.float64()):
-        # A cell that parses as a float is an integer unless it has a '.', an exponent
-        # or is inf/nan, all of which contain one of '.', 'e', 'n'.
-        seen = np.concatenate([[0], np.cumsum(np.take(_NOT_INT, data))])
-        floats = int(np.count_nonzero(seen[offsets[1:]] > seen[offsets[:-1]]))
-        return TypeCounts(n, n - floats, floats)
-    # Only cells made of number characters can match: the regexes run on those alone.
+    if widest == _INT_CHARS:
+        values = _cast_or_none(valid, pa.int64())
+        if values is not None:  # the common all-integer column, without regexes
+            return TypeCounts(n, n, zeros=_leading_zeros(data, offsets), inexact=_inexact_in_float32(values))
+    # Only cells made of number characters can be numbers.
     maybe = _cell_classes(data, offsets) <= _FLOAT_CHARS
     candidates = valid if maybe.all() else valid.filter(pa.array(maybe))
     if not len(candidates):
-        return TypeCounts(n, 0, 0)
-    ints = pc.sum(pc.match_substring_regex(candidates, _INT_RE)).as_py() or 0
-    nums = pc.sum(pc.match_substring_regex(candidates, _FLOAT_RE)).as_py() or 0
-    return TypeCounts(n, ints, nums - ints)
+        return TypeCounts(n)
+    nums = _numbers(candidates)
+    return TypeCounts(n, int(nums.ints.sum()), int(nums.floats.sum()), int(nums.wide.sum()), nums.zeros, nums.inexact)
+
+
+@dataclasses.dataclass
+class _Numbers:
+    """Text cells read as numbers; masks and arrays are per cell."""
+
+    ints: np.ndarray  # integers that int64 holds
+    wide: np.ndarray  # integers beyond int64
+    floats: np.ndarray  # other numbers that float32 holds
+    overflow: np.ndarray  # finite numbers beyond float32's range (integers included)
+    zeros: int  # integers with a leading zero
+    inexact: int  # integers (123 or 123.0) that float32 cannot hold exactly
+    int_values: pa.Array  # int64 of `ints`, else null
+    float_values: pa.Array  # float32 of every number that float32 holds, else null
+
+
+def _numbers(cells: pa.Array) -> _Numbers:
+    """Reads text cells, none null and each made of number characters only.
+
+    Integers are told from other numbers by their text (no '.', exponent, inf or nan), so
+    "1.0" is a float whatever its value; an integer counts for int64 only if int64 holds it.
+    """
+    text = cells.cast(pa.string())  # number characters are ASCII
+    f64 = _cast_or_none(text, pa.float64())
+    if f64 is not None:  # every cell a number, with no spaces around it: no regex needed
+        data, offsets = _text_buffers(cells)
+        is_int = ~_cells_with(data, offsets, _NOT_INT)
+        is_num = np.ones(len(text), bool)
+    else:
+        text = pc.utf8_trim_whitespace(text)
+        is_int = _mask(pc.match_substring_regex(text, _INT_RE))
+        is_num = is_int | _mask(pc.match_substring_regex(text, _FLOAT_RE))
+        f64 = pc.cast(_where(is_num, text), pa.float64())  # Arrow parses every match of both
+    int_text = _where(is_int, text)
+    int_values = _int64_values(int_text)
+    fits = _mask(int_values.is_valid())
+    f32 = pc.cast(f64, pa.float32(), safe=False)
+    overflow = _beyond_float32(text, f32)
+    zeros = int(pc.sum(pc.match_substring_regex(int_text, _LEADING_ZERO_RE)).as_py() or 0)
+    inexact = _inexact_in_float32(int_values) + _inexact_integral_floats(text, f64, is_num & ~is_int)
+    return _Numbers(
+        ints=fits, wide=is_int & ~fits, floats=is_num & ~is_int & ~overflow, overflow=overflow, zeros=zeros,
+        inexact=inexact, int_values=int_values, float_values=_where(is_num & ~overflow, f32),
+    )
+
+
+def _int64_values(text: pa.Array) -> pa.Array:
+    """Integer text (or null) -> int64, null where int64 cannot hold the value."""
+    unsigned = pc.utf8_ltrim(text, "+")  # Arrow's integer parser takes no '+'
+    try:
+        return pc.cast(unsigned, pa.int64())
+    except pa.ArrowInvalid:
+        pass
+    # Some value is beyond int64: compare digits with its limits, as text.
+    digits = pc.utf8_ltrim(pc.utf8_ltrim(text, "+-"), "0")
+    width = pc.utf8_length(digits)
+    limit = pc.if_else(pc.starts_with(text, "-"), pa.scalar(_INT64_LIMITS[1]), pa.scalar(_INT64_LIMITS[0]))
+    fits = pc.or_(pc.less(width, 19), pc.and_(pc.equal(width, 19), pc.less_equal(digits, limit)))
+    return pc.cast(pc.if_else(fits, unsigned, pa.scalar(None, pa.string())), pa.int64())
+
+
+def _beyond_float32(text: pa.Array, f32: pa.Array) -> np.ndarray:
+    """Cells that float32 made infinite though their text is a finite number."""
+    inf = _mask(pc.is_inf(f32))
+    if inf.any():
+        literal = _mask(pc.match_substring(text.filter(pa.array(inf)).cast(pa.string()), "n", ignore_case=True))  # inf, infinity
+        inf[np.flatnonzero(inf)[literal]] = False
+    return inf
+
+
+def _inexact_in_float32(values: pa.Array) -> int:
+    v = values.drop_null().to_numpy(zero_copy_only=False)
+    if not len(v):
+        return 0
+    magnitude = np.abs(v).astype(np.uint64)  # |-2**63| wraps to 2**63, as wanted
+    if magnitude.max() <= 1 << _FLOAT32_EXACT_BITS:
+        return 0
+    lowest_bit = magnitude & (~magnitude + np.uint64(1))
+    odd = magnitude // np.maximum(lowest_bit, np.uint64(1))
+    return int(np.count_nonzero(odd >> np.uint64(_FLOAT32_EXACT_BITS)))
+
+
+def _inexact_integral_floats(text: pa.Array, f64: pa.Array, floats: np.ndarray) -> int:
+    """Integers written with a zero fraction (123.0) that float32 cannot hold exactly."""
+    values = f64.to_numpy(zero_copy_only=False)
+    with np.errstate(invalid="ignore"):
+        integral = floats & np.isfinite(values) & (values == np.floor(values)) & (np.abs(values) > 1 << _FLOAT32_EXACT_BITS)
+    if not integral.any():
+        return 0
+    candidates = text.filter(pa.array(integral))
+    whole = candidates.filter(pc.match_substring_regex(candidates, _INTEGRAL_RE))
+    ints = _int64_values(pc.replace_substring_regex(whole, r"\.0*$", ""))
+    return ints.null_count + _inexact_in_float32(ints)
+
+
+def _leading_zeros(data: np.ndarray, offsets: np.ndarray) -> int:
+    """Cells, each an integer (-?digits), with a leading zero."""
+    starts, ends = offsets[:-1], offsets[1:]
+    first = starts + (data[starts] == ord("-"))
+    return int(np.count_nonzero((first + 1 < ends) & (data[np.minimum(first, len(data) - 1)] == ord("0"))))
+
+
+def _cells_with(data: np.ndarray, offsets: np.ndarray, chars: np.ndarray) -> np.ndarray:
+    """Per cell, whether it holds one of the bytes marked in `chars`."""
+    seen = np.concatenate([[0], np.cumsum(np.take(chars, data))])
+    return seen[offsets[1:]] > seen[offsets[:-1]]
+
+
+def _mask(arr) -> np.ndarray:
+    return np.asarray(pc.fill_null(arr, False).to_numpy(zero_copy_only=False), bool)
+
+
+def _where(mask: np.ndarray, arr: pa.Array) -> pa.Array:
+    return pc.if_else(pa.array(mask), arr, pa.scalar(None, arr.type))
 
 
 # A failed Arrow cast costs ~2 ms (its error path), 40x a successful one, so casts are
@@ -118,12 +242,11 @@ def _cell_classes(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return out
 
 
-def _casts(col: pa.Array, to: pa.DataType) -> bool:
+def _cast_or_none(col: pa.Array, to: pa.DataType):
     try:
-        pc.cast(col, to)
-        return True
+        return pc.cast(col, to)
     except pa.ArrowInvalid:
-        return False
+        return None
 
 
 def merge_counts(many) -> dict:
@@ -135,7 +258,15 @@ def merge_counts(many) -> dict:
 
 
 def decide_types(counts: Mapping, columns, *, tolerance: float, given: Mapping) -> dict:
-    """Chooses a dtype per column: given types win; else int64 < float32 < bytes."""
+    """Chooses a dtype per column: given types win; else int64 < float32 < bytes, but never
+    one that would merge or bend the values the column holds:
+
+    - an integer beyond int64, or written with a leading zero ("02134"), keeps the column text;
+    - integers widen to float32 (the column also holds other numbers) only if float32 holds
+      each of them exactly, else the column is text;
+    - cells that are no numbers, or finite numbers beyond float32, are tolerated up to
+      `tolerance` of the cells (they are quarantined); more make the column text.
+    """
     types = {}
     for name in columns:
         if name in given:
@@ -144,12 +275,12 @@ def decide_types(counts: Mapping, columns, *, tolerance: float, given: Mapping) 
         c = counts.get(name, TypeCounts())
         numeric = c.ints + c.floats
         others = c.nonnull - numeric
-        if numeric == 0 or others > tolerance * c.nonnull:
+        if c.wide or c.zeros or numeric == 0 or others > tolerance * c.nonnull:
             types[name] = "bytes"
         elif c.floats == 0:
             types[name] = "int64"
         else:
-            types[name] = "float32"
+            types[name] = "bytes" if c.inexact else "float32"
     return types
 
 
@@ -177,31 +308,70 @@ def load_schema_file(text: str, *, path: str) -> dict:
 
 
 def convert_text_column(col: pa.Array, dtype: str):
-    """Text cells -> typed array. Returns `(array, bad_mask)`; bad cells become null."""
+    """Text cells -> typed array. Returns `(array, bad_mask)`; bad cells become null.
+
+    A cell is good if it is a number the type holds: int64 takes integers within its range
+    (leading zeros, a sign and surrounding spaces allowed); float32 takes any number except
+    a finite one beyond its range (inf and nan stay).
+    """
     if dtype == "bytes":
         return col, np.zeros(len(col), bool)
     widest = _widest_class(_text_buffers(col)[0])
-    if widest <= (_INT_CHARS if dtype == "int64" else _FLOAT_CHARS):
-        try:  # Arrow's strict parser takes clean columns whole, ~4x faster than the regex
-            if dtype == "int64":
-                return pc.cast(col, pa.int64()), np.zeros(len(col), bool)
-            return pc.cast(pc.cast(col, pa.float64()), pa.float32(), safe=False), np.zeros(len(col), bool)
-        except pa.ArrowInvalid:
-            pass
-    pattern = _INT_RE if dtype == "int64" else _FLOAT_RE
-    ok = pc.fill_null(pc.match_substring_regex(col, pattern), True)
-    bad = ~np.asarray(ok.to_numpy(zero_copy_only=False), bool)
-    clean = pc.if_else(ok, col, pa.scalar(None, col.type))
-    trimmed = pc.utf8_trim_whitespace(clean.cast(pa.string()))  # matched cells are ASCII
-    if dtype == "int64":
-        return pc.cast(trimmed, pa.int64()), bad
-    return pc.cast(pc.cast(trimmed, pa.float64()), pa.float32(), safe=False), bad
+    # Arrow's strict parsers take clean columns whole, ~4x faster than reading cell by cell.
+    if dtype == "int64" and widest == _INT_CHARS:
+        values = _cast_or_none(col, pa.int64())
+        if values is not None:
+            return values, np.zeros(len(col), bool)
+    if dtype == "float32" and widest <= _FLOAT_CHARS:
+        f64 = _cast_or_none(col, pa.float64())
+        if f64 is not None:
+            f32 = pc.cast(f64, pa.float32(), safe=False)
+            bad = _beyond_float32(col, f32)
+            return (_where(~bad, f32) if bad.any() else f32), bad
+    valid = _mask(col.is_valid())
+    data, offsets = _text_buffers(col)
+    maybe = np.zeros(len(col), bool)
+    maybe[valid] = _cell_classes(data, offsets) <= _FLOAT_CHARS
+    where = np.flatnonzero(maybe)
+    ok = np.zeros(len(col), bool)
+    slot = np.full(len(col), -1, np.int64)  # each cell's place among the number-like ones
+    values = pa.nulls(0, pa.int64() if dtype == "int64" else pa.float32())
+    if len(where):
+        nums = _numbers(col.filter(pa.array(maybe)))
+        values = nums.int_values if dtype == "int64" else nums.float_values
+        ok[where] = _mask(values.is_valid())
+        slot[where] = np.arange(len(where))
+    return values.take(pa.array(slot, mask=~ok)), valid & ~ok
+
+
+def bad_cell_reason(value: str, dtype: str) -> str:
+    """Why a cell that `convert_text_column` refused is not a valid `dtype`."""
+    text = value.strip()
+    if dtype == "int64" and re.fullmatch(_INT_RE, text, re.ASCII):
+        return f"{value!r} is out of int64's range [-{_INT64_LIMITS[1]}, {_INT64_LIMITS[0]}]"
+    if dtype == "float32" and re.fullmatch(_FLOAT_RE, text, re.ASCII):
+        return f"{value!r} is a finite number beyond float32's range (about ±3.4e38)"
+    return f"{value!r} is not a valid {dtype}"
 
 
 _UNSUPPORTED_HELP = (
-    "supported: integers, floats, bool, string, binary, timestamp, date, dictionary, "
+    "supported: integers, floats, bool, decimal, string, binary, timestamp, date, dictionary, "
     "and lists of those; select other columns with --columns"
 )
+_INT64_MAX = 2**63 - 1
+# Decimals map by their type, never by the values seen (all files must agree at launch):
+# integral ones of up to 18 digits are exact in int64; float32 gives back every decimal of
+# up to 6 significant digits (FLT_DIG) when rounded to its scale; others keep their exact text.
+_DECIMAL_INT64_DIGITS = 18
+_DECIMAL_FLOAT32_DIGITS = 6
+
+
+class UnstorableValue(ValueError):
+    """A value its column's stored type cannot hold exactly; `index`: its row, if known."""
+
+    def __init__(self, message: str, index: int | None = None):
+        super().__init__(message)
+        self.index = index
 
 
 def arrow_dtype(name: str, t: pa.DataType) -> tuple:
@@ -220,48 +390,151 @@ def arrow_dtype(name: str, t: pa.DataType) -> tuple:
         return dtype, (None,)
     if pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_timestamp(t) or pa.types.is_date(t):
         return "int64", ()
-    if pa.types.is_floating(t) or pa.types.is_decimal(t):
+    if pa.types.is_decimal(t):
+        return _decimal_dtype(t), ()
+    if pa.types.is_floating(t):
         return "float32", ()
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        return "bytes", ()
-    if pa.types.is_null(t):
+    if _is_bytes_type(t) or pa.types.is_null(t):
         return "bytes", ()
     raise ValueError(f"column {name!r} has unsupported type {t}: {_UNSUPPORTED_HELP}")
 
 
-def _scalar_to_canonical(arr: pa.Array, dtype: str) -> pa.Array:
+def _decimal_dtype(t: pa.DataType) -> str:
+    if t.scale <= 0 and t.precision - t.scale <= _DECIMAL_INT64_DIGITS:
+        return "int64"
+    if t.precision <= _DECIMAL_FLOAT32_DIGITS and t.scale <= 30:  # 1e-30: far inside float32's normal range
+        return "float32"
+    return "bytes"  # the exact decimal text, e.g. b"12345678901234567890.12"
+
+
+def _is_bytes_type(t: pa.DataType) -> bool:
+    return (
+        pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+        or pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t)
+        or pa.types.is_fixed_size_binary(t)
+    )
+
+
+def _scalar_to_canonical(arr: pa.Array, dtype: str, name: str) -> tuple:
+    """-> (canonical array, mask of the values it cannot hold, which it holds as nulls, or None).
+
+    Never wraps, rounds away or saturates a value silently: out-of-range numbers come back
+    in the mask; a timestamp or date that would lose precision raises UnstorableValue.
+    """
     t = arr.type
     if pa.types.is_dictionary(t):
         arr = arr.dictionary_decode()
         t = arr.type
     if pa.types.is_timestamp(t):
         # Timestamps become int64 microseconds since the Unix epoch (UTC).
-        return pc.cast(pc.cast(arr, pa.timestamp("us", tz=t.tz)), pa.int64())
+        help_text = _NS_HELP if t.unit == "ns" else "its microseconds overflow int64; leave the column out with --columns"
+        utc = pc.cast(arr, pa.timestamp(t.unit))  # the same instants, without the zone
+        return _exact_cast(utc, pa.timestamp("us"), name, help_text).view(pa.int64()), None
     if pa.types.is_date(t):
         # Dates become int64 days since the Unix epoch.
-        return pc.cast(pc.cast(arr, pa.date32()), pa.int32()).cast(pa.int64())
+        days = _exact_cast(arr, pa.date32(), name, "a date64 value must be a whole number of days (86400000 ms)")
+        return pc.cast(days, pa.int32()).cast(pa.int64()), None
     if pa.types.is_null(t):
-        return pa.nulls(len(arr), pa.large_binary())
+        return pa.nulls(len(arr), pa.large_binary()), None
+    if pa.types.is_decimal(t) and dtype == "bytes":
+        return pc.cast(pc.cast(arr, pa.string()), pa.large_binary()), None
+    if pa.types.is_decimal(t) and dtype == "float32":
+        arr = pc.cast(arr, pa.float64())  # exact for these few digits; then one rounding
+    unfit = None
+    if pa.types.is_uint64(t):
+        unfit = pc.fill_null(pc.greater(arr, pa.scalar(_INT64_MAX, pa.uint64())), False)
     target = {"int64": pa.int64(), "float32": pa.float32(), "bytes": pa.large_binary()}[dtype]
-    return pc.cast(arr, target, safe=False)
+    out = pc.cast(arr if unfit is None else pc.if_else(unfit, pa.scalar(None, arr.type), arr), target, safe=False)
+    if dtype == "float32" and pa.types.is_float64(arr.type):
+        unfit = pc.fill_null(pc.and_(pc.is_inf(out), pc.is_finite(arr)), False)
+    if unfit is None or not pc.any(unfit).as_py():
+        return out, None
+    return pc.if_else(unfit, pa.scalar(None, out.type), out), np.asarray(unfit.to_numpy(zero_copy_only=False), bool)
 
 
-def canonical_arrow_column(arr: pa.Array, name: str) -> tuple:
-    """Arrow column -> (dtype, shape, array of int64/float32/large_binary or lists of them)."""
+_NS_HELP = (
+    "timestamps are stored as int64 microseconds since the epoch, so its sub-microsecond part "
+    "would be lost; leave the column out with --columns, or store it in the Parquet file as "
+    "int64 nanoseconds (or as timestamp[us] if the nanoseconds do not matter)"
+)
+
+
+def _exact_cast(arr: pa.Array, to: pa.DataType, name: str, help_text: str) -> pa.Array:
+    try:
+        return pc.cast(arr, to)
+    except pa.ArrowInvalid:
+        pass
+    # Name the first value that does not survive the round trip.
+    back = pc.cast(pc.cast(arr, to, safe=False), arr.type, safe=False)
+    lost = np.asarray(pc.fill_null(pc.not_equal(back, arr), False).to_numpy(zero_copy_only=False), bool)
+    i = int(np.flatnonzero(lost)[0]) if lost.any() else None
+    value = "a value" if i is None else f"{arr.type} value {pc.cast(arr.slice(i, 1), pa.string())[0].as_py()}"
+    raise UnstorableValue(f"column {name!r}: {value} does not convert to {to} exactly: {help_text}", i)
+
+
+def _unfit_reason(name: str, value) -> str:
+    if isinstance(value, float):
+        return f"column {name!r}: {value!r} is a finite number beyond float32's range (about ±3.4e38)"
+    return (f"column {name!r}: {value} is above int64's maximum {_INT64_MAX}; uint64 values are stored "
+            "as int64 (leave the column out with --columns, or store it in the Parquet file as a string)")
+
+
+def canonical_arrow_column(arr: pa.Array, name: str, *, unfit: list | None = None) -> tuple:
+    """Arrow column -> (dtype, shape, array of int64/float32/large_binary or lists of them).
+
+    A value the stored type cannot hold (uint64 above int64's maximum, a finite float64
+    beyond float32's range) raises UnstorableValue naming the column and row; with an
+    `unfit` list, its row is appended as (row, reason) instead and the column is returned
+    with that row null, for the caller to quarantine.
+    """
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     dtype, shape = arrow_dtype(name, arr.type)
     if pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_decode()
     if shape == ():
-        return dtype, shape, _scalar_to_canonical(arr, dtype)
-    if pa.types.is_fixed_size_list(arr.type):
-        values = _scalar_to_canonical(arr.flatten(), dtype)
-        out = pa.FixedSizeListArray.from_arrays(values, arr.type.list_size, mask=pc.is_null(arr))
+        out, bad = _scalar_to_canonical(arr, dtype, name)
+        values, parents = arr, None
+    elif pa.types.is_fixed_size_list(arr.type):
+        size = arr.type.list_size
+        # `flatten` drops null lists' slots; `from_arrays` needs every slot.
+        values = arr.values.slice(arr.offset * size, len(arr) * size)
+        parents = np.repeat(np.arange(len(arr)), size)
+        flat, bad = _at_rows(lambda: _scalar_to_canonical(values, dtype, name), parents)
+        if bad is not None:  # a null list's slots hold no value
+            bad &= np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), bool)[parents]
+        out = pa.FixedSizeListArray.from_arrays(flat, size, mask=pc.is_null(arr))
+    else:
+        arr = arr.cast(pa.large_list(arr.type.value_type))
+        if arr.offset:  # rebuilding from sliced offsets with a null mask is not supported
+            arr = arr.take(pa.array(np.arange(len(arr))))
+        values = arr.values
+        offsets = np.asarray(arr.offsets.to_numpy(zero_copy_only=False))
+        parents = np.repeat(np.arange(len(arr)), np.diff(offsets))
+        flat, bad = _at_rows(lambda: _scalar_to_canonical(values, dtype, name), parents)
+        out = pa.LargeListArray.from_arrays(arr.offsets, flat, mask=pc.is_null(arr))
+    if bad is None or not bad.any():
         return dtype, shape, out
-    arr = arr.cast(pa.large_list(arr.type.value_type))
-    if arr.offset:  # rebuilding from sliced offsets with a null mask is not supported
-        arr = arr.take(pa.array(np.arange(len(arr))))
-    values = _scalar_to_canonical(arr.values, dtype)
-    out = pa.LargeListArray.from_arrays(arr.offsets, values, mask=pc.is_null(arr))
-    return dtype, shape, out
+    which = np.flatnonzero(bad)
+    rows = which if parents is None else np.asarray(parents)[which]
+    found = {}  # first unfit value of each row
+    for value_index, row in zip(which.tolist(), rows.tolist()):
+        found.setdefault(row, _unfit_reason(name, values[value_index].as_py()))
+    if unfit is None:
+        row, reason = next(iter(found.items()))
+        raise UnstorableValue(reason, row)
+    unfit.extend(found.items())
+    rows_bad = np.zeros(len(out), bool)
+    rows_bad[list(found)] = True
+    return dtype, shape, pc.if_else(pa.array(rows_bad), pa.nulls(len(out), out.type), out)
+
+
+def _at_rows(convert, parents):
+    """Runs a conversion of a list column's values, naming rows, not values, in its errors."""
+    try:
+        return convert()
+    except UnstorableValue as e:
+        if e.index is None:
+            raise
+        row = int(np.asarray(parents)[e.index])
+        raise UnstorableValue(str(e), row) from e

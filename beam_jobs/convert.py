@@ -57,8 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
     _flag(p, "schema", help="JSON file mapping column names to types")
     _flag(p, "delimiter", default=",", help="CSV field delimiter")
     _flag(p, "csv_split_mb", type=float, default=_csv_ranges.DEFAULT_SPLIT_MB,
-          help="read CSV files larger than this as byte ranges in parallel; files with newlines inside "
-          "quoted fields are detected and read whole (0: always whole)")
+          help="read CSV files larger than this as byte ranges in parallel (0: always whole); with "
+          "--allow_quoted_newlines, files with newlines inside quoted fields are detected and read whole")
+    p.add_argument("--allow_quoted_newlines", "--allow-quoted-newlines", dest="allow_quoted_newlines", action="store_true",
+                   help="let quoted CSV fields span lines (default: a line whose quote does not close on it is "
+                   "quarantined as unterminated_quote, and the next line is read as a row)")
     _flag(p, "null_values", default=",".join(v for v in _sources.DEFAULT_NULL_VALUES if v), help="comma-separated markers read as missing values; empty cells are always missing")
     _flag(p, "splits", help="NAME=FRACTION,... (default: everything in 'train')")
     _flag(p, "split_key", help="column whose value decides the split (default: the record content)")
@@ -90,15 +93,23 @@ def _match(pattern: str) -> list:
     return files
 
 
-def _first_mismatch(paths, read, what: str):
+def _first_mismatch(paths, read, what: str, explain=None):
+    """Reads `what` of every file; raises naming the first file that disagrees with the first.
+
+    `explain(first, value, first_path)` says how a file differs and what to do, or None
+    when it agrees; by default any difference is reported whole.
+    """
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         values = list(pool.map(read, paths))
     for path, value in zip(paths, values):
-        if value != values[0]:
-            raise ConversionError(
-                f"input file {path} has {what} {value}, but the first file {paths[0]} has {values[0]}: "
-                "all files of one input must agree"
-            )
+        if explain is not None:
+            how = explain(values[0], value, paths[0])
+        elif value != values[0]:
+            how = f"has {what} {value}, but the first file {paths[0]} has {values[0]}: all files of one input must agree"
+        else:
+            how = None
+        if how:
+            raise ConversionError(f"input file {path} {how}")
     return values[0]
 
 
@@ -194,7 +205,7 @@ def make_config(args, pipeline_options: PipelineOptions | None = None) -> JobCon
     binary: tuple = ()
     if args.source == "csv":
         nulls = tuple(dict.fromkeys([""] + [v for v in args.null_values.split(",")]))
-        csv = _sources.CsvFormat(delimiter=args.delimiter, null_values=nulls)
+        csv = _sources.CsvFormat(delimiter=args.delimiter, null_values=nulls, allow_quoted_newlines=args.allow_quoted_newlines)
         names = _first_mismatch(paths, lambda p: _sources.read_csv_header(p, csv), "header")
         header = tuple(names)
         unknown = [c for c in given if c not in names]
@@ -206,16 +217,16 @@ def make_config(args, pipeline_options: PipelineOptions | None = None) -> JobCon
     else:
         if given:
             raise ConversionError("--column and --schema apply to CSV; Parquet files carry their own schema")
-        schema = _sources.read_parquet_schema(paths[0])
-        names = list(schema.names)
+        names = list(_sources.read_parquet_schema(paths[0]).names)
         columns = _select(names, args)
-        types = []
-        for c in columns:
-            dtype, shape = _typing.arrow_dtype(c, schema.field(c).type)
-            types.append((c, dtype, shape))
-        arrow_types = tuple(types)
-        _first_mismatch(paths, lambda p: _parquet_types(p, columns), "column types")
-        binary = tuple(c for c in columns if _is_binary(schema.field(c).type))
+        # Every file's whole schema is checked: without --columns, a column that only some
+        # files have would otherwise be left out of the records without a word.
+        stored = {}  # path -> its columns' types
+        first = _first_mismatch(paths, lambda p: stored.setdefault(p, _parquet_types(p, columns)), "columns",
+                                lambda first, value, first_path: _schema_difference(first, value, first_path, columns, every=not args.columns))
+        arrow_types = tuple((c, *first[c][:2]) for c in columns)
+        # Bytes are text only if no file holds them as binary.
+        binary = tuple(c for c in columns if any(s[c][2] for s in stored.values()))
         origin = "parquet"
         fmt = "parquet"
 
@@ -275,9 +286,49 @@ def _with_plan(cfg: JobConfig, args, fmt: str) -> JobConfig:
     )
 
 
-def _parquet_types(path: str, columns: list) -> list:
-    schema = _sources.read_parquet_schema(path)
-    return [(c, _typing.arrow_dtype(c, schema.field(c).type) if c in schema.names else "missing") for c in columns]
+def _parquet_types(path: str, columns: list) -> dict:
+    """Each column of a file -> (dtype, shape, holds binary) if it is in `columns`, else None."""
+    out = {}
+    for field in _sources.read_parquet_schema(path):
+        if field.name not in columns:
+            out[field.name] = None
+            continue
+        try:
+            dtype, shape = _typing.arrow_dtype(field.name, field.type)
+        except ValueError as e:
+            raise ValueError(f"input file {path}: {e}") from e
+        out[field.name] = (dtype, shape, _is_binary(field.type))
+    return out
+
+
+def _schema_difference(first: dict, value: dict, first_path: str, columns: list, *, every: bool):
+    """How one file's columns differ from the first file's, and the fix; None if they agree.
+
+    `every`: all columns must match (no --columns); else only the selected ones.
+    """
+    extra = [c for c in value if c not in first] if every else []
+    missing = [c for c in (first if every else columns) if c not in value]
+    if extra or missing:
+        shared = ",".join(c for c in first if c in value)
+        how = " and ".join(
+            [f"has column(s) {extra} that the first file {first_path} lacks"] * bool(extra)
+            + [f"lacks column(s) {missing} that the first file {first_path} has"] * bool(missing)
+        )
+        fix = f"convert the columns they share by listing them, e.g. --columns {shared}" if shared else "they share none: convert them separately"
+        return f"{how}: all files of one input must have the same columns; {fix}"
+    differ = [c for c in columns if value[c][:2] != first[c][:2]]
+    if not differ:
+        return None
+    this = {c: _describe(*value[c][:2]) for c in differ}
+    that = {c: _describe(*first[c][:2]) for c in differ}
+    return (f"has column types {this}, but the first file {first_path} has {that}: all files of one input must "
+            "agree; leave the column(s) out with --columns, or rewrite the files with one type per column")
+
+
+def _describe(dtype: str, shape: tuple) -> str:
+    if shape == ():
+        return dtype
+    return f"list of {dtype}" if shape[0] is None else f"{dtype}[{shape[0]}]"
 
 
 def _is_binary(t) -> bool:
@@ -285,7 +336,7 @@ def _is_binary(t) -> bool:
 
     while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) or pa.types.is_dictionary(t):
         t = t.value_type
-    return pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
+    return pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t) or pa.types.is_binary_view(t)
 
 
 def _runner(options: PipelineOptions):

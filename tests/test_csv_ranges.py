@@ -21,7 +21,7 @@ _FIELD = st.one_of(
 
 
 @st.composite
-def _csv_bytes(draw, newlines_in_quotes=False):
+def _csv_bytes(draw, newlines_in_quotes=False, stray_quotes=False):
     eol = draw(st.sampled_from(["\n", "\r\n"]))
     rows = ["a,b,c"]
     for _ in range(draw(st.integers(1, 25))):  # header-only files are an error of their own
@@ -29,6 +29,8 @@ def _csv_bytes(draw, newlines_in_quotes=False):
         rows.append(",".join(cells))
     if newlines_in_quotes:
         rows.insert(draw(st.integers(1, len(rows))), f'x,"two{eol}lines",z')
+    for _ in range(draw(st.integers(0, 3)) if stray_quotes else 0):
+        rows.insert(draw(st.integers(1, len(rows))), draw(st.sampled_from(['x,"open,z', '"a,b', 'x,y,"""'])))
     text = eol.join(rows) + (eol if draw(st.booleans()) else "")  # the last line may lack a newline
     return text.encode("utf-8")
 
@@ -62,12 +64,33 @@ def test_rows_read_by_ranges_equal_the_whole_file(tmp_path_factory, data, split)
     assert parts == whole
 
 
-def _rows(path, header, fmt, byte_range):
+def _rows(path, header, fmt, byte_range, bad=None):
     out = []
     for chunk in _sources.iter_csv_chunks(path, header, fmt, header, byte_range):
         cells = zip(*(c.to_pylist() for c in chunk.batch.columns))
         out += [(int(r), *row) for r, row in zip(chunk.rows, cells)]
+        if bad is not None:
+            bad += [(b.row, b.kind, b.raw) for b in chunk.bad]
     return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(_csv_bytes(stray_quotes=True), st.integers(1, 60))
+def test_lines_with_an_unclosed_quote_are_set_aside_alike_by_ranges_and_whole(tmp_path_factory, data, split):
+    # By default every newline ends a record, so a stray quote never stops the split.
+    path = tmp_path_factory.mktemp("u") / "x.csv"
+    path.write_bytes(data)
+    header, fmt = ["a", "b", "c"], _sources.CsvFormat()
+    whole_bad, parts_bad = [], []
+    whole = _rows(str(path), header, fmt, None, whole_bad)
+    ranges = decide_ranges(str(path), [(s, e, scan_range(str(path), s, e)) for s, e in plan_ranges(len(data), split)])
+    assert ranges is not None
+    assert [row for r in ranges for row in _rows(str(path), header, fmt, r, parts_bad)] == whole
+    assert sorted(parts_bad) == sorted(whole_bad)
+    lines = data.split(b"\n")
+    for row, kind, raw in whole_bad:  # the physical line, as an editor counts it
+        if kind == "unterminated_quote":
+            assert lines[row - 1].rstrip(b"\r").decode() == raw
 
 
 @settings(max_examples=100, deadline=None)
@@ -76,7 +99,7 @@ def test_a_newline_inside_quotes_means_the_file_is_read_whole(tmp_path_factory, 
     path = tmp_path_factory.mktemp("q") / "x.csv"
     path.write_bytes(data)
     ranges = plan_ranges(len(data), split)
-    decided = decide_ranges(str(path), [(s, e, scan_range(str(path), s, e)) for s, e in ranges])
+    decided = decide_ranges(str(path), [(s, e, scan_range(str(path), s, e)) for s, e in ranges], quoted_newlines=True)
     assert decided is None or len(ranges) == 1
 
 
@@ -129,7 +152,8 @@ def test_job_reads_ranges_exactly_once_with_crlf_quotes_and_no_final_newline(tmp
 def test_job_reads_a_file_with_newlines_in_quotes_whole_and_says_so(tmp, caplog):
     src = _corpus(tmp / "in.csv", 3000, quoted_newline=True, crlf=False)
     caplog.set_level(logging.INFO, logger="beam_jobs")
-    run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--csv_split_mb", "0.004", "--label", "id")
+    run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--csv_split_mb", "0.004", "--label", "id",
+                "--allow_quoted_newlines")
     assert "newline inside a quoted field" in caplog.text and "reading it whole" in caplog.text
     examples = read_examples(tmp / "out")
     assert sorted(e["id"][0] for e in examples) == list(range(3000))

@@ -355,3 +355,43 @@ def test_raw_records_of_an_image_dataset_can_be_read_without_decoding(image_data
     from ingest._dataset import read_records  # the read stage diagnose measures
 
     assert sum(1 for _ in read_records(image_dataset)) == 21
+
+
+def test_symlink_loops_and_dangling_links_go_to_quarantine_as_unreadable(tmp):
+    good = {f"cat/{i}.jpg": _save(_rgb(), tmp / "in" / "cat" / f"{i}.jpg", "JPEG") for i in range(3)}
+    elsewhere = _save(_rgb(), tmp / "elsewhere" / "b.png", "PNG")
+    cat = tmp / "in" / "cat"
+    os.symlink("self.jpg", cat / "self.jpg")  # a loop of one
+    os.symlink("pong.jpg", cat / "ping.jpg")  # a loop of two
+    os.symlink("ping.jpg", cat / "pong.jpg")
+    os.symlink(tmp / "nowhere.jpg", cat / "dangling.jpg")
+    os.symlink(tmp / "no_such_folder", tmp / "in" / "dog")  # a dangling label folder
+    os.symlink(tmp / "elsewhere", tmp / "in" / "bird")  # a linked label folder is followed
+    os.symlink(cat / "0.jpg", cat / "alias.jpg")  # a good link to a file is read
+    os.symlink(tmp / "nowhere.txt", cat / "notes.txt")  # not an image name: skipped as any such file
+    info = run_convert("--source", "images", "--input", tmp / "in", "--output", tmp / "ds", "--max_bad_fraction", "0.9")
+    records = _by_name(tmp / "ds")
+    assert {k: v["image/encoded"] for k, v in records.items()} == {
+        **{k: [v] for k, v in good.items()}, "bird/b.png": [elsewhere], "cat/alias.jpg": [good["cat/0.jpg"]]}
+    bad = {q["raw"]: q for q in quarantine_lines(tmp / "ds")}
+    assert set(bad) == {"cat/self.jpg", "cat/ping.jpg", "cat/pong.jpg", "cat/dangling.jpg", "dog"}
+    assert {q["kind"] for q in bad.values()} == {"unreadable"}
+    assert "loop" in bad["cat/self.jpg"]["reason"] and "loop" in bad["cat/ping.jpg"]["reason"]
+    assert "dangling" in bad["cat/dangling.jpg"]["reason"] and "nowhere.jpg" in bad["cat/dangling.jpg"]["reason"]
+    assert "dangling" in bad["dog"]["reason"]
+    assert info.quarantine["records"] == 5 and info.quarantine["reasons"] == {"unreadable": 5}
+    assert info.source["rows"] == 5 + 5 and info.source["files"] == 10
+    assert info.labels == ("bird", "cat")
+
+
+def test_manifest_extra_values_that_do_not_fit_quarantine_their_image(tmp):
+    for i in range(3):
+        _save(_rgb(), tmp / "in" / f"{i}.png", "PNG")
+    manifest = pa.table({"path": [f"{i}.png" for i in range(3)], "label": ["a", "b", "a"],
+                         "uid": pa.array([1, 2**64 - 1, 3], pa.uint64())})
+    pq.write_table(manifest, tmp / "in" / "m.parquet")
+    info = run_convert("--source", "images", "--input", tmp / "in" / "m.parquet", "--output", tmp / "ds", "--max_bad_fraction", "0.5")
+    assert sorted(r["uid"][0] for r in read_examples(tmp / "ds")) == [1, 3]
+    [bad] = quarantine_lines(tmp / "ds")
+    assert bad["kind"] == "type" and bad["raw"] == "1.png" and "18446744073709551615" in bad["reason"]
+    assert info.quarantine["records"] == 1
