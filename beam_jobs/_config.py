@@ -6,6 +6,7 @@ import dataclasses
 
 from beam_jobs import _sources, _typing
 from beam_jobs._images import ImageOptions
+from ingest import contract
 
 __all__ = ["JobConfig", "decided_types"]
 
@@ -68,6 +69,10 @@ class JobConfig:
     @property
     def infer(self) -> bool:
         return self.source_format == "csv" and any(c not in dict(self.given_types) for c in self.columns)
+
+    @property
+    def job_id(self) -> str:
+        return self.tmp_dir.rsplit("/", 1)[-1].removeprefix(contract.TEMP_PREFIX)
 
     @property
     def split_names(self) -> list:

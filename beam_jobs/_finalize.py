@@ -1,29 +1,26 @@
-"""The last step of a conversion: check, commit shards, write the metadata last.
+"""The last step of a conversion: check, move shards into place, swap the metadata last.
 
-Order matters: until the metadata file appears the directory is an incomplete dataset,
-so a job that dies anywhere before the final rename leaves nothing that looks complete,
-and a rerun cleans up and starts over.
+Order matters: until the new metadata lands the directory holds the old dataset (or
+none) whole, so a job that dies anywhere before it leaves nothing that looks complete
+or newer than it is; `_output` says how a rerun finishes or undoes a dead job's commit.
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 
-from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from beam_jobs import _output
 from beam_jobs._config import JobConfig, decided_types
+from beam_jobs._errors import ConversionError
 from ingest import contract
 
 logger = logging.getLogger(__name__)
 
-
 TMP_PREFIX = contract.TEMP_PREFIX
-
-
-class ConversionError(RuntimeError):
-    pass
 
 
 def _join(base: str, name: str) -> str:
@@ -50,20 +47,6 @@ def build_features(cfg: JobConfig, stats: dict, type_counts) -> tuple:
     return tuple(features)
 
 
-def existing_dataset_files(output: str) -> list:
-    """Files a previous conversion may have left in `output` (shards, quarantine, temp)."""
-    patterns = [
-        _join(output, "*.tfrecord"),
-        _join(output, "*.tfrecord.gz"),
-        _join(output, contract.QUARANTINE_DIRNAME + "/*"),
-        _join(output, TMP_PREFIX + "*/**"),
-    ]
-    found = []
-    for result in FileSystems.match(patterns):
-        found.extend(m.path for m in result.metadata_list)
-    return found
-
-
 def _check_quality(cfg: JobConfig, stats: dict, quarantine: list) -> None:
     total, bad = stats["rows"], stats["bad"]
     where = f"{cfg.tmp_dir}/quarantine/"
@@ -72,8 +55,9 @@ def _check_quality(cfg: JobConfig, stats: dict, quarantine: list) -> None:
         raise ConversionError(
             f"{bad} of {total} rows ({bad / total:.3%}) were quarantined ({reasons}), more than "
             f"--max_bad_fraction={cfg.max_bad_fraction}. No dataset was written. The bad rows, with "
-            f"their source and reason, are in {where}. Fix the input, give column types with "
-            f"--column NAME:TYPE, or raise --max_bad_fraction."
+            f"their source and reason, are in {where}. Fix the input, "
+            + ("give column types with --column NAME:TYPE, " if cfg.source_format == "csv" else "")
+            + "or raise --max_bad_fraction."
         )
     if total - bad == 0:
         raise ConversionError(
@@ -84,38 +68,74 @@ def _check_quality(cfg: JobConfig, stats: dict, quarantine: list) -> None:
 
 
 def finalize_dataset(_, cfg: JobConfig, shards: list, stats: dict, quarantine: list, type_counts=None) -> str:
+    """Commits the dataset; safe to run again after a failure at any point (runners retry).
+
+    The plan (moves, metadata text, old files) is written to the temp dir once and every
+    retry carries out that same plan: a move whose source is gone and whose destination
+    exists was done already, and the metadata is swapped only after every shard is in place.
+    """
+    metadata_path = _join(cfg.output, contract.METADATA_FILENAME)
+    if not FileSystems.exists(_join(cfg.tmp_dir, _output.JOB_FILE)):
+        if FileSystems.exists(metadata_path):
+            done = _output.read_text(metadata_path)
+            if contract.DatasetInfo.from_json(done).source.get("job") == cfg.job_id:
+                return done  # a retry after this job's commit had finished
+        raise ConversionError(
+            f"this job's temp dir {cfg.tmp_dir}/ was removed while it ran; no dataset was written. "
+            "Rerun the conversion, and let no other process clean the output directory meanwhile"
+        )
+    plan_path = _join(cfg.tmp_dir, _output.COMMIT_FILE)
+    if FileSystems.exists(plan_path):
+        plan = json.loads(_output.read_text(plan_path))
+    else:
+        plan = _commit_plan(cfg, shards, stats, quarantine, type_counts)
+        _output.write_text(plan_path, json.dumps(plan))
+    _move_into_place(cfg, plan["moves"])
+    if not (FileSystems.exists(metadata_path) and _output.read_text(metadata_path) == plan["metadata"]):
+        _output.write_text(_join(cfg.tmp_dir, contract.METADATA_FILENAME), plan["metadata"])
+        FileSystems.rename([_join(cfg.tmp_dir, contract.METADATA_FILENAME)], [metadata_path])
+    # The new dataset is complete: only now do the old one's files go.
+    new_files = {rel for _, rel in plan["moves"]}
+    _output.delete_existing([_join(cfg.output, rel) for rel in plan["old_files"] if rel not in new_files])
+    _output.remove_temp_dir(cfg.tmp_dir)
+    for name in plan["empty_splits"]:
+        logger.warning("split %r received no records; it is recorded in %s with none", name, metadata_path)
+    logger.info("wrote %s", metadata_path)
+    return plan["metadata"]
+
+
+def _commit_plan(cfg: JobConfig, shards: list, stats: dict, quarantine: list, type_counts) -> dict:
     _check_quality(cfg, stats, quarantine)
     features = build_features(cfg, stats, type_counts)
     metadata_path = _join(cfg.output, contract.METADATA_FILENAME)
-    # From here on the directory is incomplete until the new metadata lands.
+    old = set()
     if FileSystems.exists(metadata_path):
-        FileSystems.delete([metadata_path])
-    stale = [p for p in existing_dataset_files(cfg.output) if not p.startswith(cfg.tmp_dir)]
-    if stale:
-        FileSystems.delete(stale)
+        old = set(_output.dataset_files(contract.DatasetInfo.from_json(_output.read_text(metadata_path))))
+    # New files never take an old file's name, so the old dataset stays whole until the swap.
+    tag = cfg.job_id[:8]
 
-    splits = []
-    sources, destinations = [], []
+    def fresh(name: str) -> str:
+        if name not in old:
+            return name
+        stem, dot, ext = name.partition(".")
+        return f"{stem}-{tag}{dot}{ext}"
+
+    splits, moves, empty = [], [], []
     for s, name in enumerate(cfg.split_names):
         mine = sorted((x for x in shards if x["split"] == s and x["records"] > 0), key=lambda x: x["shard"])
         infos = []
         for i, shard in enumerate(mine):
-            filename = contract.shard_filename(name, i, len(mine), cfg.compression)
-            sources.append(shard["path"])
-            destinations.append(_join(cfg.output, filename))
+            filename = fresh(contract.shard_filename(name, i, len(mine), cfg.compression))
+            moves.append((shard["path"], filename))
             infos.append(contract.ShardInfo(filename, int(shard["records"]), int(shard["bytes"])))
         splits.append(contract.SplitInfo(name, tuple(infos)))
+        if not infos:
+            empty.append(name)
     quarantine_files = []
     for i, q in enumerate(sorted(quarantine, key=lambda q: q["path"])):
-        rel = f"{contract.QUARANTINE_DIRNAME}/part-{i:05d}-of-{len(quarantine):05d}.jsonl"
-        sources.append(q["path"])
-        destinations.append(_join(cfg.output, rel))
+        rel = fresh(f"{contract.QUARANTINE_DIRNAME}/part-{i:05d}-of-{len(quarantine):05d}.jsonl")
+        moves.append((q["path"], rel))
         quarantine_files.append({"path": rel, "records": q["records"]})
-    if quarantine_files:
-        _mkdirs(_join(cfg.output, contract.QUARANTINE_DIRNAME))
-    if sources:
-        FileSystems.rename(sources, destinations)
-
     info = contract.DatasetInfo(
         features=features,
         splits=tuple(splits),
@@ -128,6 +148,7 @@ def finalize_dataset(_, cfg: JobConfig, shards: list, stats: dict, quarantine: l
             "bytes": cfg.input_bytes,
             "schema": cfg.schema_origin,
             "rows": stats["rows"],
+            "job": cfg.job_id,
         },
         options=cfg.recorded_options(),
         quarantine={
@@ -139,15 +160,26 @@ def finalize_dataset(_, cfg: JobConfig, shards: list, stats: dict, quarantine: l
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         labels=cfg.vocabulary,
         image=_image_metadata(cfg, stats),
+        warnings=tuple(f"split {name!r} received no records" for name in empty),
     )
-    text = info.to_json()
-    tmp_meta = _join(cfg.tmp_dir, contract.METADATA_FILENAME)
-    with FileSystems.create(tmp_meta, mime_type="application/json", compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        f.write(text.encode("utf-8"))
-    FileSystems.rename([tmp_meta], [metadata_path])
-    delete_tree(cfg.tmp_dir)
-    logger.info("wrote %s", metadata_path)
-    return text
+    return {"moves": moves, "metadata": info.to_json(), "old_files": sorted(old), "empty_splits": empty}
+
+
+def _move_into_place(cfg: JobConfig, moves: list) -> None:
+    sources, destinations = [], []
+    for src, rel in moves:
+        dst = _join(cfg.output, rel)
+        if FileSystems.exists(src):
+            sources.append(src)
+            destinations.append(dst)
+        elif not FileSystems.exists(dst):
+            raise ConversionError(
+                f"{src} vanished before it was moved to {dst}; no dataset was written. Rerun the conversion"
+            )
+    if any(rel.startswith(contract.QUARANTINE_DIRNAME + "/") for _, rel in moves):
+        _mkdirs(_join(cfg.output, contract.QUARANTINE_DIRNAME))
+    if sources:
+        FileSystems.rename(sources, destinations)
 
 
 def _image_metadata(cfg: JobConfig, stats: dict) -> dict:
@@ -164,12 +196,3 @@ def _mkdirs(path: str) -> None:
         FileSystems.mkdirs(path)
     except IOError:  # already there; object stores need none
         pass
-
-
-def delete_tree(path: str) -> None:
-    """Deletes every file under `path`, and `path` itself where directories exist."""
-    files = [m.path for r in FileSystems.match([_join(path, "**")]) for m in r.metadata_list]
-    if files:
-        FileSystems.delete(files)
-    if FileSystems.exists(path):  # local directories; object stores have none
-        FileSystems.delete([path])

@@ -23,9 +23,9 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from beam_jobs import _csv_ranges, _image_inputs, _images, _plan, _sources, _typing
+from beam_jobs import _csv_ranges, _image_inputs, _images, _output, _plan, _sources, _typing
 from beam_jobs._config import JobConfig
-from beam_jobs._finalize import TMP_PREFIX, ConversionError, delete_tree, existing_dataset_files
+from beam_jobs._errors import ConversionError
 from beam_jobs._pipeline import ConvertToTFRecords
 from ingest import contract
 
@@ -72,7 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
     _flag(p, "seed", type=int, default=0, help="seed of the record shuffle")
     p.add_argument("--shuffle", dest="shuffle", action="store_true", default=True, help="shuffle records across shards (default)")
     p.add_argument("--no_shuffle", "--no-shuffle", "--noshuffle", dest="shuffle", action="store_false", help="keep source order within each shard")
-    p.add_argument("--overwrite", action="store_true", help="replace a dataset already in --output")
+    p.add_argument("--overwrite", action="store_true", help="replace a dataset already in --output (the old one stays "
+                   "readable until the new metadata is written)")
+    _flag(p, "stale_job_hours", type=float, default=_output.DEFAULT_STALE_HOURS,
+          help="a temp dir of a job started on another machine counts as abandoned after this many hours")
+    p.add_argument("--verbose", "-v", action="store_true", help="log at DEBUG, with the runner's tracebacks")
     images = p.add_argument_group("images (--source images)")
     _flag(images, "path_column", default="path", help="manifest column holding image paths (relative to the manifest)")
     _flag(images, "max_side", type=int, help="downsize images whose longer side exceeds this many pixels")
@@ -111,29 +115,6 @@ def _first_mismatch(paths, read, what: str, explain=None):
         if how:
             raise ConversionError(f"input file {path} {how}")
     return values[0]
-
-
-def _prepare_output(output: str, overwrite: bool) -> None:
-    metadata = FileSystems.join(output, contract.METADATA_FILENAME)
-    if FileSystems.exists(metadata) and not overwrite:
-        raise ConversionError(
-            f"{output} already holds a dataset ({contract.METADATA_FILENAME}); pass --overwrite "
-            "to replace it, or choose another --output"
-        )
-    # Filesystems match files, not directories: find earlier jobs' temp dirs by their files.
-    prefix = FileSystems.join(output, "")
-    stale_dirs = {
-        prefix + m.path[len(prefix):].split("/", 1)[0]
-        for r in FileSystems.match([FileSystems.join(output, TMP_PREFIX + "*/**")])
-        for m in r.metadata_list
-    }
-    for d in sorted(stale_dirs):
-        delete_tree(d)
-    if not FileSystems.exists(metadata):
-        leftovers = existing_dataset_files(output)
-        if leftovers:
-            logger.info("removing %d files left by an earlier, unfinished conversion in %s", len(leftovers), output)
-            FileSystems.delete(leftovers)
 
 
 def _select(names: list, args) -> list:
@@ -260,6 +241,8 @@ def _with_plan(cfg: JobConfig, args, fmt: str) -> JobConfig:
         raise ConversionError(f"--max_bad_fraction must be in [0, 1], got {args.max_bad_fraction}")
     if args.num_shards is not None and args.num_shards < 1:
         raise ConversionError(f"--num_shards must be at least 1, got {args.num_shards}")
+    if not args.stale_job_hours > 0:
+        raise ConversionError(f"--stale_job_hours must be positive, got {args.stale_job_hours}")
     try:
         splits = _plan.parse_splits(args.splits)
     except ValueError as e:
@@ -271,10 +254,11 @@ def _with_plan(cfg: JobConfig, args, fmt: str) -> JobConfig:
         num_shards = tuple(args.num_shards for _ in splits)
     else:
         num_shards = tuple(_plan.plan_num_shards(int(estimate * f), target_shard_mb=args.target_shard_mb) for f in splits.values())
-    _prepare_output(cfg.output, args.overwrite)
+    tmp_dir = _output.claim_output(cfg.output, overwrite=args.overwrite, job_id=uuid.uuid4().hex[:12],
+                                   stale_after_s=args.stale_job_hours * 3600)
     return dataclasses.replace(
         cfg,
-        tmp_dir=FileSystems.join(cfg.output, TMP_PREFIX + uuid.uuid4().hex[:12]),
+        tmp_dir=tmp_dir,
         splits=tuple(splits.items()),
         split_key=args.split_key,
         num_shards=num_shards,
@@ -383,8 +367,15 @@ def run(argv=None) -> contract.DatasetInfo | None:
         list(cfg.columns), dict(cfg.splits), list(cfg.num_shards),
     )
     start = time.perf_counter()
-    result = build_pipeline(cfg, options).run()
-    result.wait_until_finish()
+    try:
+        result = build_pipeline(cfg, options).run()
+        result.wait_until_finish()
+    finally:
+        # A job that stopped without committing (failed, or a dry run) gives up its claim
+        # on the directory; the temp dir (with the quarantine that explains a failure)
+        # is kept until the next run cleans it up.
+        if FileSystems.exists(FileSystems.join(cfg.tmp_dir, _output.JOB_FILE)):
+            _output.release(cfg.tmp_dir)
     elapsed = time.perf_counter() - start
     metadata = FileSystems.join(cfg.output, contract.METADATA_FILENAME)
     if not FileSystems.exists(metadata):
@@ -410,30 +401,45 @@ def summary_table(info: contract.DatasetInfo, elapsed: float) -> str:
     return "\n".join(lines)
 
 
-def _configure_logging():
+class _ReportedOnce(logging.Filter):
+    """Beam logs a failed step's exception, traceback and all, before raising it to
+    `main`, which prints it as one line: without --verbose those records are dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.name.startswith("apache_beam") and record.levelno >= logging.ERROR)
+
+
+def _configure_logging(verbose: bool) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("beam_jobs").setLevel(logging.INFO)
+    logging.getLogger("beam_jobs").setLevel(logging.DEBUG if verbose else logging.INFO)
+    if not verbose:
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(_ReportedOnce())
 
 
 def main(argv=None) -> int:
-    _configure_logging()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    _configure_logging(verbose=bool({"--verbose", "-v"} & set(argv)))
     try:
         run(argv)
-    except (ConversionError, ValueError, IOError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except RuntimeError as e:
-        # Runners wrap worker errors; show the innermost message, not the runner's traceback.
+    except KeyboardInterrupt:
+        print("error: interrupted; no dataset was written (rerun to start over)", file=sys.stderr)
+        return 130
+    except Exception as e:  # one line for the user; the traceback at DEBUG (--verbose)
+        logger.debug("conversion failed", exc_info=True)
         print(f"error: {_innermost_message(e)}", file=sys.stderr)
         return 1
     return 0
 
 
 def _innermost_message(e: BaseException) -> str:
+    """The message of the error a worker raised, without the runner's wrapping."""
     text = str(e)
-    for marker in ("ConversionError: ", "ValueError: ", "OSError: "):
+    for marker in ("ConversionError: ", "ValueError: ", "OSError: ", "TFRecordError: "):
         if marker in text:
-            return text.rsplit(marker, 1)[1].split("\n")[0].split(" [while running")[0]
+            text = text.rsplit(marker, 1)[1]
+            break
+    text = text.split(" [while running")[0].strip()
     return text.splitlines()[0] if text else type(e).__name__
 
 

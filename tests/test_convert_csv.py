@@ -5,6 +5,9 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import socket
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -173,16 +176,23 @@ def test_existing_dataset_is_refused_without_overwrite(tmp):
     write_text(tmp / "in" / "a.csv", "a\n5\n")
     info = run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--overwrite")
     assert read_examples(tmp / "out") == [{"a": [5]}]
-    assert sorted(os.listdir(tmp / "out")) == ["dataset_info.json", "train-00000-of-00001.tfrecord"]
+    # The old shards are gone; the new one may carry a fresh name (the old dataset
+    # stayed readable until the new metadata landed).
+    assert sorted(os.listdir(tmp / "out")) == sorted(["dataset_info.json", info.split("train").shards[0].filename])
     assert info.split("train").records == 1
 
 
 def test_rerun_after_an_interrupted_job_cleans_up_and_succeeds(tmp):
     src = write_text(tmp / "in" / "a.csv", "a\n1\n2\n3\n")
     out = tmp / "out"
-    # What a job killed mid-way leaves: temp fragments and a shard, but no metadata.
-    write_text(out / (contract.TEMP_PREFIX + "dead") / "fragments" / "000-00000" / "x.tfrecord", "partial")
-    write_text(out / "train-00000-of-00003.tfrecord", "partial")
+    # What a job killed mid-way leaves: its temp dir, with its marker (a pid that is no
+    # longer running) and fragments, but no metadata. (Files outside a temp dir that no
+    # metadata lists are the user's and are refused: see test_output_dir.py.)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    temp = out / (contract.TEMP_PREFIX + "dead")
+    write_text(temp / "job.json", json.dumps({"job_id": "dead", "started": 0, "host": socket.gethostname(),
+                                              "pid": int(dead.stdout), "state": "running"}))
+    write_text(temp / "fragments" / "000-00000" / "x.tfrecord", "partial")
     info = run_convert("--source", "csv", "--input", src, "--output", out)
     assert sorted(os.listdir(out)) == ["dataset_info.json", "train-00000-of-00001.tfrecord"]
     assert info.split("train").records == 3

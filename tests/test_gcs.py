@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 import ingest
-from beam_jobs import convert
+from beam_jobs import _output, convert
 from beam_jobs.convert import ConversionError
 from tests.conftest import run_convert
 from tests.gcs import GcsEmulator
@@ -162,7 +162,10 @@ def test_a_job_failing_mid_write_leaves_no_metadata_and_a_rerun_succeeds(gcs):
     cfg = convert.make_config(args, options)
     bucket.blob("flaky/part-2.csv").delete()  # vanishes after launch: a worker fails mid-job
     with pytest.raises(Exception, match="part-2.csv"):
-        convert.build_pipeline(cfg, options).run().wait_until_finish()
+        try:
+            convert.build_pipeline(cfg, options).run().wait_until_finish()
+        finally:
+            _output.release(cfg.tmp_dir)  # as convert.run does when the runner raises
     names = {b.name for b in client.list_blobs("bkt", prefix="flaky-ds/")}
     assert "flaky-ds/dataset_info.json" not in names
     with pytest.raises(ingest.DatasetNotFoundError):

@@ -1,0 +1,285 @@
+"""Who owns what in an output directory: job markers, stale jobs, foreign files, commits.
+
+A conversion writes only inside its own temp dir (DIR/_ingest_tmp-<job>/) until
+Finalize. Finalize records its plan there first (`commit.json`: which files it moves
+into place, the metadata it writes, the old files it then deletes), moves new files
+in under names the current dataset does not use, swaps the metadata last, and only
+then deletes the old dataset's files. So the old dataset stays readable until the new
+metadata lands, a retried Finalize repeats the same plan, and a rerun after a kill
+finishes or undoes exactly what the dead job did. Nothing else is ever deleted: files
+the job cannot prove it wrote make it refuse the directory instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import socket
+import time
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from beam_jobs._errors import ConversionError
+from ingest import contract
+
+__all__ = [
+    "JOB_FILE",
+    "COMMIT_FILE",
+    "DEFAULT_STALE_HOURS",
+    "JobMarker",
+    "OutputError",
+    "claim_output",
+    "release",
+    "dataset_files",
+    "read_text",
+    "write_text",
+    "delete_tree",
+    "remove_temp_dir",
+    "delete_existing",
+]
+
+logger = logging.getLogger(__name__)
+
+JOB_FILE = "job.json"
+COMMIT_FILE = "commit.json"
+# A job on another machine (a Dataflow launcher, say) cannot be asked whether it lives;
+# its temp dir counts as abandoned after this long without finishing.
+DEFAULT_STALE_HOURS = 24.0
+
+
+class OutputError(ConversionError):
+    """The output directory cannot be used as it is; the message says why and what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class JobMarker:
+    """`job.json` in a job's temp dir: who is writing, since when, and whether it ended."""
+
+    job_id: str
+    started: float  # Unix time
+    host: str
+    pid: int
+    state: str = "running"  # "running" | "ended" (failed or stopped without a dataset)
+
+    @classmethod
+    def new(cls, job_id: str) -> "JobMarker":
+        return cls(job_id=job_id, started=time.time(), host=socket.gethostname(), pid=os.getpid())
+
+    def alive(self, *, now: float, stale_after_s: float) -> bool:
+        if self.state != "running":
+            return False
+        if self.host == socket.gethostname():
+            return _pid_alive(self.pid)
+        return now - self.started < stale_after_s
+
+    def describe(self) -> str:
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.started))
+        return f"job {self.job_id} (pid {self.pid} on {self.host}, started {when})"
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "JobMarker":
+        d = json.loads(text)
+        return cls(job_id=str(d["job_id"]), started=float(d["started"]), host=str(d["host"]),
+                   pid=int(d["pid"]), state=str(d.get("state", "running")))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+# --- small FileSystems helpers -------------------------------------------------------
+
+
+def read_text(path: str) -> str:
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        return f.read().decode("utf-8")
+
+
+def write_text(path: str, text: str) -> None:
+    """Writes `path` whole: to a sibling name first, then renamed over it."""
+    tmp = path + ".writing"
+    with FileSystems.create(tmp, mime_type="application/json", compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        f.write(text.encode("utf-8"))
+    FileSystems.rename([tmp], [path])
+
+
+def _list(output: str) -> list:
+    """Every file below `output` (object-store 'directory' placeholders left out)."""
+    pattern = FileSystems.join(output, "**")
+    return sorted(m.path for r in FileSystems.match([pattern]) for m in r.metadata_list if not m.path.endswith("/"))
+
+
+def delete_tree(path: str) -> None:
+    """Deletes every file under `path`, and `path` itself where directories exist."""
+    files = [m.path for r in FileSystems.match([FileSystems.join(path, "**")]) for m in r.metadata_list]
+    if files:
+        FileSystems.delete(files)
+    if FileSystems.exists(path):  # local directories; object stores have none
+        FileSystems.delete([path])
+
+
+def remove_temp_dir(temp_dir: str) -> None:
+    """Deletes a job's temp dir with its marker last, so that a kill part-way leaves a
+    dir a rerun still recognises as that job's."""
+    marker = FileSystems.join(temp_dir, JOB_FILE)
+    files = [m.path for r in FileSystems.match([FileSystems.join(temp_dir, "**")]) for m in r.metadata_list]
+    rest = [p for p in files if p != marker]
+    if rest:
+        FileSystems.delete(rest)
+    delete_tree(temp_dir)
+
+
+def delete_existing(paths) -> None:
+    present = [p for p in paths if FileSystems.exists(p)]
+    if present:
+        FileSystems.delete(present)
+
+
+def dataset_files(info: contract.DatasetInfo) -> list:
+    """The files a dataset's metadata lists, relative to its directory."""
+    files = [shard.filename for split in info.splits for shard in split.shards]
+    files += [q["path"] for q in info.quarantine.get("files", ())]
+    return files
+
+
+# --- claiming a directory at launch --------------------------------------------------
+
+
+def _temp_dirs(output: str, files: list) -> dict:
+    """{temp dir: [its files]} for the temp dirs of conversion jobs among `files`."""
+    prefix = FileSystems.join(output, "")
+    dirs: dict = {}
+    for path in files:
+        top = path[len(prefix):].split("/", 1)[0]
+        if top.startswith(contract.TEMP_PREFIX):
+            dirs.setdefault(prefix + top, []).append(path)
+    return dirs
+
+
+def _marker(temp_dir: str, files: list) -> JobMarker | None:
+    path = FileSystems.join(temp_dir, JOB_FILE)
+    if path not in files:
+        return None
+    try:
+        return JobMarker.from_json(read_text(path))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _read_metadata(output: str) -> contract.DatasetInfo | None:
+    path = FileSystems.join(output, contract.METADATA_FILENAME)
+    if not FileSystems.exists(path):
+        return None
+    try:
+        return contract.DatasetInfo.from_json(read_text(path))
+    except (ValueError, KeyError, TypeError) as e:
+        raise OutputError(
+            f"{path} exists but cannot be read as dataset metadata ({e}); the job will not write over "
+            "a directory it cannot account for: repair or remove that file, or choose another --output"
+        ) from e
+
+
+def _recover(temp_dir: str, output: str, current: contract.DatasetInfo | None) -> None:
+    """Finishes or undoes what a dead job's Finalize did, then removes its temp dir."""
+    commit_path = FileSystems.join(temp_dir, COMMIT_FILE)
+    if FileSystems.exists(commit_path):
+        plan = json.loads(read_text(commit_path))
+        listed = set(dataset_files(current)) if current is not None else set()
+        planned = contract.DatasetInfo.from_json(plan["metadata"])
+        committed = current is not None and current.source.get("job") == planned.source.get("job")
+        # Committed: the old files it meant to delete. Not committed: the files it had
+        # already moved into place, which no metadata lists.
+        doomed = plan["old_files"] if committed else [rel for _, rel in plan["moves"]]
+        delete_existing([FileSystems.join(output, rel) for rel in doomed if rel not in listed])
+        logger.info("%s the commit of an abandoned job in %s", "finished" if committed else "undid", temp_dir)
+    remove_temp_dir(temp_dir)
+
+
+def claim_output(output: str, *, overwrite: bool, job_id: str, stale_after_s: float) -> str:
+    """Checks `output` can take a new dataset, cleans up after dead jobs, and creates
+    this job's temp dir with its marker. Returns the temp dir.
+
+    Refuses (OutputError) a directory that holds a live job's temp dir, a dataset
+    without `overwrite`, or any file that neither the dataset's metadata nor a job's
+    temp dir accounts for.
+    """
+    files = _list(output)
+    now = time.time()
+    current = _read_metadata(output)
+    temp_dirs = _temp_dirs(output, files)
+    for temp_dir, its_files in sorted(temp_dirs.items()):
+        marker = _marker(temp_dir, its_files)
+        if marker is None:
+            raise OutputError(
+                f"{output} holds {temp_dir}/, a conversion temp dir without a readable {JOB_FILE} (left by an "
+                "older version of ingest, or not by ingest): the job will not delete what it cannot prove it "
+                "wrote; remove that directory yourself, or choose another --output"
+            )
+        if marker.alive(now=now, stale_after_s=stale_after_s):
+            raise OutputError(_busy_message(output, marker, temp_dir, stale_after_s))
+        _recover(temp_dir, output, current)
+    if current is not None and not overwrite:
+        raise OutputError(
+            f"{output} already holds a dataset ({contract.METADATA_FILENAME}); pass --overwrite "
+            "to replace it, or choose another --output"
+        )
+    known = {FileSystems.join(output, rel) for rel in dataset_files(current)} if current else set()
+    known.add(FileSystems.join(output, contract.METADATA_FILENAME))
+    foreign = [p for p in _list(output) if p not in known]
+    if foreign:
+        raise OutputError(
+            f"{output} holds {len(foreign)} file(s) that no conversion of this dataset wrote, e.g. {foreign[0]}; "
+            "the job only writes into an empty directory or one holding a dataset it made, and never deletes "
+            "other files: move them away, or choose another --output"
+        )
+    temp_dir = FileSystems.join(output, contract.TEMP_PREFIX + job_id)
+    marker = JobMarker.new(job_id)
+    write_text(FileSystems.join(temp_dir, JOB_FILE), marker.to_json())
+    _refuse_if_not_first(output, temp_dir, marker, stale_after_s)
+    return temp_dir
+
+
+def _refuse_if_not_first(output: str, temp_dir: str, mine: JobMarker, stale_after_s: float) -> None:
+    """Two jobs that checked the directory at the same moment both see each other's
+    marker now; the one that started first keeps the directory."""
+    now = time.time()
+    for other_dir, its_files in sorted(_temp_dirs(output, _list(output)).items()):
+        if other_dir == temp_dir:
+            continue
+        other = _marker(other_dir, its_files)
+        if other is not None and other.alive(now=now, stale_after_s=stale_after_s) and \
+                (other.started, other.job_id) < (mine.started, mine.job_id):
+            delete_tree(temp_dir)
+            raise OutputError(_busy_message(output, other, other_dir, stale_after_s))
+
+
+def _busy_message(output: str, marker: JobMarker, temp_dir: str, stale_after_s: float) -> str:
+    return (
+        f"another conversion is writing into {output}: {marker.describe()}, temp dir {temp_dir}/. Wait for it to "
+        f"finish or choose another --output; if that job is dead, remove its temp dir (a job on another machine "
+        f"counts as dead {stale_after_s / 3600:g} h after it started, --stale_job_hours)"
+    )
+
+
+def release(temp_dir: str) -> None:
+    """Marks a job that stopped without a dataset as ended, so the next run may clean up
+    its temp dir (kept until then: its quarantine explains the failure)."""
+    path = FileSystems.join(temp_dir, JOB_FILE)
+    try:
+        if FileSystems.exists(path):
+            marker = JobMarker.from_json(read_text(path))
+            write_text(path, JobMarker(**{**dataclasses.asdict(marker), "state": "ended"}).to_json())
+    except Exception:  # best effort: a marker left 'running' goes stale on its own
+        logger.debug("could not mark %s as ended", temp_dir, exc_info=True)
