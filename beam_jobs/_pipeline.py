@@ -18,8 +18,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
-import tempfile
 import time
 import uuid
 
@@ -35,17 +33,16 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_jobs import _csv_ranges, _images, _plan, _sources, _typing
+from beam_jobs import _commit, _csv_ranges, _fragments, _images, _plan, _sources, _typing
 from beam_jobs._background import BackgroundWriter, prefetched
 from beam_jobs._config import JobConfig, decided_types
 from beam_jobs._example_encoder import encode_batch
 from beam_jobs._finalize import finalize_dataset
-from beam_jobs._tfrecord import TFRecordError, frames_array, frames_data, offsets_of
+from beam_jobs._tfrecord import frames_array, grouped_frames
 
 logger = logging.getLogger(__name__)
 
 _PROGRESS_EVERY_S = 10.0
-_INDEX_SUFFIX = ".index"  # little-endian int64 frame lengths beside each fragment
 
 
 # --- stats: plain dicts so any runner can merge them -------------------------------
@@ -110,7 +107,7 @@ class _ConvertFiles(beam.DoFn):
 
     def start_bundle(self):
         self._bundle = uuid.uuid4().hex[:12]
-        self._writers = {}
+        self._fragments = _fragments.FragmentWriter(self._cfg.tmp_dir, self._bundle)
         self._stats = _empty_stats()
         self._quarantine = None
         self._quarantine_count = 0
@@ -136,7 +133,7 @@ class _ConvertFiles(beam.DoFn):
             self._maybe_log_progress()
         if not cfg.shuffle:
             # One fragment per file keeps source order when fragments are concatenated.
-            yield from (beam.pvalue.TaggedOutput(self.FRAGMENTS, f) for f in self._close_writers())
+            yield from (beam.pvalue.TaggedOutput(self.FRAGMENTS, f) for f in self._fragments.close())
 
     def _convert_chunk(self, path, where, chunk, types, position):
         """`where`: (file index, byte range index, chunk index), the chunk's place in the input."""
@@ -217,8 +214,8 @@ class _ConvertFiles(beam.DoFn):
                 order = np.argsort(shard_of, kind="stable")
             # One C++ gather puts each shard's frames back to back.
             picked = frames if len(ids) == good and np.all(order[1:] > order[:-1]) else frames.take(ids[order])
-            for shard, data, lengths in _groups(picked, np.bincount(shard_of, minlength=cfg.num_shards[s])):
-                self._write_fragment(s, shard, where, data, lengths)
+            for shard, data, lengths in grouped_frames(picked, np.bincount(shard_of, minlength=cfg.num_shards[s])):
+                self._fragments.append(s, shard, where, data, lengths)
             name = cfg.splits[s][0]
             self._stats["split_records"][name] = self._stats["split_records"].get(name, 0) + len(ids)
         self._records.inc(good)
@@ -235,34 +232,6 @@ class _ConvertFiles(beam.DoFn):
                     lo, hi = pc.min(lengths).as_py(), pc.max(lengths).as_py()
                     st["min_len"][name] = min(lo, st["min_len"].get(name, lo))
                     st["max_len"][name] = max(hi, st["max_len"].get(name, hi))
-
-    def _write_fragment(self, split, shard, where, data, lengths):
-        """Appends frames to this bundle's fragment of (split, shard), and their lengths to
-        its index, so the commit can cut and shuffle frames without parsing them."""
-        key = (split, shard)
-        w = self._writers.get(key)
-        if w is None:
-            path = f"{self._cfg.tmp_dir}/fragments/{split:03d}-{shard:05d}/{'-'.join(f'{i:06d}' for i in where)}-{self._bundle}.tfrecord"
-            w = self._writers[key] = {
-                "file": BackgroundWriter(FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)),
-                "index_file": FileSystems.create(path + _INDEX_SUFFIX, compression_type=CompressionTypes.UNCOMPRESSED),
-                "path": path, "records": 0, "bytes": 0, "order": where, "segments": [],
-            }
-        w["file"].write(data)
-        w["index_file"].write(np.asarray(lengths, "<i8").tobytes())
-        w["records"] += len(lengths)
-        w["bytes"] += len(data)
-        w["segments"].append(len(lengths))  # one run of frames per chunk, shuffled within
-
-    def _close_writers(self):
-        out = []
-        for (split, shard), w in self._writers.items():
-            w["file"].close()
-            w["index_file"].close()
-            out.append({"split": split, "shard": shard, "path": w["path"], "records": w["records"], "bytes": w["bytes"],
-                        "order": list(w["order"]), "segments": w["segments"]})
-        self._writers = {}
-        return out
 
     def _quarantine_rows(self, bad):
         if not bad:
@@ -286,7 +255,7 @@ class _ConvertFiles(beam.DoFn):
             logger.info("converted %d rows in this worker (%.0f rows/s), %d quarantined", rows, rows / (now - self._start), self._stats["bad"])
 
     def finish_bundle(self):
-        for f in self._close_writers():
+        for f in self._fragments.close():
             yield beam.pvalue.TaggedOutput(self.FRAGMENTS, _in_global_window(f))
         if self._quarantine is not None:
             self._quarantine.close()
@@ -311,191 +280,22 @@ def _key_hashes(keys: pa.Array) -> np.ndarray:
 
 
 class _CommitShard(beam.DoFn):
-    """Concatenates one shard's fragments into a shard file, shuffled if asked.
+    """(split, shard) -> [Fragment] -> one shard file in the temp dir, shuffled if asked."""
 
-    Memory stays bounded whatever the shard and corpus size. Each chunk wrote its share
-    of the shard as a run in random order, so a shard of up to MAX_MERGED_RUNS runs is
-    shuffled by interleaving the runs at random (`_merged`: sequential reads, one pass).
-    With more runs, a shard of up to IN_MEMORY_BYTES is loaded and permuted whole; a
-    larger one is shuffled externally: frames are streamed into local temp files (a
-    random bucket each), then each bucket is loaded, permuted and appended. A random
-    bucket per record plus a random order within each bucket is a uniformly random
-    order of the shard. Frames are cut by the fragments' length index and reordered by
-    Arrow's `take`, in C++. The budgets are small next to the job's ~250 MB base, so
-    peak RSS stays flat from small corpora to large ones.
-    """
-
-    # Up to this many runs (chunks) in a shard, it is shuffled by interleaving them; each
-    # output slice then reads from up to this many places, fine locally and on GCS.
-    MAX_MERGED_RUNS = 64
-    IN_MEMORY_BYTES = 64 << 20
-    BUCKET_BYTES = 32 << 20
-    _READ_BYTES = 8 << 20  # frames read from a fragment at a time
-    _WRITE_BYTES = 16 << 20  # permuted frames gathered per write
-
-    def __init__(self, cfg: JobConfig):
-        self._cfg = cfg
+    def __init__(self, cfg: JobConfig, budget: _commit.Budget = _commit.Budget()):
+        self._cfg, self._budget = cfg, budget
 
     def process(self, element):
         (split, shard), fragments = element
         cfg = self._cfg
-        fragments = sorted(fragments, key=lambda f: (tuple(f["order"]), f["path"]))
         ext = ".tfrecord.gz" if cfg.compression == "gzip" else ".tfrecord"
         path = f"{cfg.tmp_dir}/shards/{split:03d}-{shard:05d}{ext}"
         compression = CompressionTypes.GZIP if cfg.compression == "gzip" else CompressionTypes.UNCOMPRESSED
+        rng = np.random.default_rng([cfg.seed, split, shard]) if cfg.shuffle else None
         with BackgroundWriter(FileSystems.create(path, compression_type=compression)) as out:
-            if cfg.shuffle:
-                records = self._shuffled(fragments, out, np.random.default_rng([cfg.seed, split, shard]))
-            else:
-                records = 0
-                for f in fragments:
-                    with FileSystems.open(f["path"], compression_type=CompressionTypes.UNCOMPRESSED) as src:
-                        while block := src.read(8 << 20):
-                            out.write(block)
-                    records += f["records"]
+            records = _commit.write_shard(list(fragments), out, rng=rng, budget=self._budget)
         size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
         yield {"split": split, "shard": shard, "path": path, "records": records, "bytes": size}
-
-    def _pieces(self, fragments):
-        """Yields the shard's frames as Arrow arrays of at most ~_READ_BYTES each."""
-        for f in fragments:
-            lengths = self._index(f)
-            ends = np.cumsum(lengths)
-            with FileSystems.open(f["path"], compression_type=CompressionTypes.UNCOMPRESSED) as src:
-                first = 0
-                while first < len(lengths):
-                    start = int(ends[first - 1]) if first else 0
-                    last = max(first + 1, int(np.searchsorted(ends, start + self._READ_BYTES, side="right")))
-                    data = np.empty(int(ends[last - 1]) - start, np.uint8)
-                    _read_into(src, memoryview(data), f["path"])
-                    yield frames_array(data, offsets_of(lengths[first:last]))
-                    first = last
-
-    def _merged(self, fragments, out, rng, total_bytes: int) -> int:
-        """Interleaves the shard's runs (each already in random order) at random.
-
-        A uniformly random sequence of run labels, each run's label as often as it has
-        records, says which run gives the next record: with every run in uniform random
-        order, that is a uniform shuffle of the shard. Each output slice reads the next
-        few frames of every run it draws from, so reading stays sequential per run and
-        memory stays at a slice.
-        """
-        runs = []  # (fragment position, first byte, frame lengths)
-        for i, f in enumerate(fragments):
-            lengths, first, byte = self._index(f), 0, 0
-            for count in f["segments"]:
-                runs.append((i, byte, lengths[first : first + count]))
-                byte += int(lengths[first : first + count].sum())
-                first += count
-        sizes = np.array([len(r[2]) for r in runs], np.int64)
-        labels = rng.permutation(np.repeat(np.arange(len(runs), dtype=np.int32), sizes))
-        bounds = [offsets_of(r[2]) for r in runs]
-        taken = np.zeros(len(runs), np.int64)
-        step = max(1, len(labels) * self._WRITE_BYTES // max(total_bytes, 1))
-        files = [FileSystems.open(f["path"], compression_type=CompressionTypes.UNCOMPRESSED) for f in fragments]
-        try:
-            for start in range(0, len(labels), step):
-                drawn = labels[start : start + step]
-                counts = np.bincount(drawn, minlength=len(runs))
-                picked = np.flatnonzero(counts)
-                spans = [(int(bounds[r][taken[r]]), int(bounds[r][taken[r] + counts[r]])) for r in picked]
-                buf = np.empty(sum(b - a for a, b in spans), np.uint8)
-                at = 0
-                for r, (a, b) in zip(picked, spans):  # frames of each run, in run order
-                    src = files[runs[r][0]]
-                    src.seek(runs[r][1] + a)
-                    _read_into(src, memoryview(buf)[at : at + b - a], fragments[runs[r][0]]["path"])
-                    at += b - a
-                lengths = np.concatenate([runs[r][2][taken[r] : taken[r] + counts[r]] for r in picked])
-                taken[picked] += counts[picked]
-                # The k-th draw of run r is that run's k-th frame in this slice: a stable
-                # sort of the labels lists the slice's frames in buffer order.
-                where = np.empty(len(drawn), np.int64)
-                where[np.argsort(drawn, kind="stable")] = np.arange(len(drawn))
-                out.write(frames_data(frames_array(buf, offsets_of(lengths)).take(where))[0])
-        finally:
-            for f in files:
-                f.close()
-        return len(labels)
-
-    def _loaded(self, fragments) -> pa.Array:
-        """Every frame of the shard, read straight into one buffer."""
-        buf = np.empty(sum(f["bytes"] for f in fragments), np.uint8)
-        lengths, at = [], 0
-        for f in fragments:
-            lengths.append(self._index(f))
-            with FileSystems.open(f["path"], compression_type=CompressionTypes.UNCOMPRESSED) as src:
-                _read_into(src, memoryview(buf)[at : at + f["bytes"]], f["path"])
-            at += f["bytes"]
-        lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
-        return frames_array(buf, offsets_of(lengths))
-
-    @staticmethod
-    def _index(f) -> np.ndarray:
-        with FileSystems.open(f["path"] + _INDEX_SUFFIX, compression_type=CompressionTypes.UNCOMPRESSED) as idx:
-            lengths = np.frombuffer(idx.read(), "<i8")
-        if len(lengths) != f["records"] or int(lengths.sum()) != f["bytes"]:
-            raise TFRecordError(f"fragment {f['path']}: index holds {len(lengths)} frames, expected {f['records']}")
-        return lengths
-
-    def _shuffled(self, fragments, out, rng) -> int:
-        total_bytes = sum(f.get("bytes", 0) for f in fragments)
-        if sum(len(f["segments"]) for f in fragments) <= self.MAX_MERGED_RUNS:
-            return self._merged(fragments, out, rng, total_bytes)
-        if total_bytes <= self.IN_MEMORY_BYTES:
-            frames = self._loaded(fragments)
-            self._write_permuted(frames, out, rng)
-            return len(frames)
-        buckets = max(1, -(-total_bytes // self.BUCKET_BYTES))
-        records = 0
-        with tempfile.TemporaryDirectory(prefix="ingest-commit-") as tmp:
-            files = [open(os.path.join(tmp, f"b{i}"), "w+b") for i in range(buckets)]
-            sizes = [[] for _ in range(buckets)]
-            try:
-                for piece in self._pieces(fragments):
-                    bucket_of = rng.integers(0, buckets, size=len(piece))
-                    grouped = piece.take(np.argsort(bucket_of, kind="stable"))
-                    for b, data, lengths in _groups(grouped, np.bincount(bucket_of, minlength=buckets)):
-                        files[b].write(data)
-                        sizes[b].append(lengths)
-                for b, f in enumerate(files):
-                    f.seek(0)
-                    lengths = np.concatenate(sizes[b]) if sizes[b] else np.zeros(0, np.int64)
-                    self._write_permuted(frames_array(f.read(), offsets_of(lengths)), out, rng)
-                    records += len(lengths)
-            finally:
-                for f in files:
-                    f.close()
-        return records
-
-    def _write_permuted(self, frames, out, rng):
-        n = len(frames)
-        if not n:
-            return
-        perm = rng.permutation(n)
-        step = max(1, n * self._WRITE_BYTES // max(frames_data(frames)[0].nbytes, 1))
-        for start in range(0, n, step):
-            out.write(frames_data(frames.take(perm[start : start + step]))[0])
-
-
-def _groups(frames: pa.Array, counts: np.ndarray):
-    """Yields (key, bytes, frame lengths) for each key with frames, given frames grouped
-    by key in key order and `counts[key]` frames per key."""
-    data, lengths = frames_data(frames)
-    ends = offsets_of(lengths)
-    first = 0
-    for key in np.flatnonzero(counts):
-        last = first + int(counts[key])
-        yield int(key), data[int(ends[first]) : int(ends[last])], lengths[first:last]
-        first = last
-
-
-def _read_into(src, view: memoryview, path: str) -> None:
-    got = 0
-    while got < len(view) and (n := src.readinto(view[got:])):
-        got += n
-    if got != len(view):
-        raise TFRecordError(f"fragment {path} is truncated: wanted {len(view)} more bytes, got {got}")
 
 
 class _SplitCsv(beam.PTransform):
@@ -566,7 +366,7 @@ class ConvertToTFRecords(beam.PTransform):
         shards = (
             converted[_ConvertFiles.FRAGMENTS]
             # (split, shard) -> fragment descriptor
-            | "KeyByShard" >> beam.Map(lambda f: ((f["split"], f["shard"]), f))
+            | "KeyByShard" >> beam.Map(lambda f: (f.key, f))
             | "GroupFragments" >> beam.GroupByKey()
             | "CommitShards" >> beam.ParDo(_CommitShard(cfg))
         )

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 __all__ = ["HEADER_BYTES", "FOOTER_BYTES", "frame_headers", "seal_frames", "offsets_of", "frames_array", "frames_data",
-           "iter_frames", "TFRecordError"]
+           "grouped_frames", "iter_frames", "TFRecordError"]
 
 HEADER_BYTES = 12  # uint64 length + masked CRC32C of it
 FOOTER_BYTES = 4  # masked CRC32C of the record
@@ -101,3 +101,15 @@ def iter_frames(data: bytes, *, source: str = "<bytes>", verify: bool = False):
                 raise TFRecordError(f"{source}: CRC mismatch in record at byte {pos}")
         yield mv[pos:stop]
         pos = stop
+
+
+def grouped_frames(frames: pa.Array, counts: np.ndarray):
+    """Yields (key, bytes, frame lengths) for each key with frames, given frames grouped
+    by key in key order and `counts[key]` frames per key."""
+    data, lengths = frames_data(frames)
+    ends = offsets_of(lengths)
+    first = 0
+    for key in np.flatnonzero(counts):
+        last = first + int(counts[key])
+        yield int(key), data[int(ends[first]) : int(ends[last])], lengths[first:last]
+        first = last

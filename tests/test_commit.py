@@ -1,0 +1,106 @@
+"""The shard commit's strategies, run directly on fragment files (no Beam, no conversion)."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+from beam_jobs import _commit
+from beam_jobs._fragments import Fragment, FragmentWriter
+from beam_jobs._tfrecord import TFRecordError, frame_headers, iter_frames, offsets_of, seal_frames
+
+N = 5000
+SMALL = _commit.Budget(max_merged_runs=64, in_memory_bytes=1 << 20, bucket_bytes=4096, read_bytes=1000, write_bytes=500)
+SHUFFLES = [_commit.interleave_runs, _commit.permute_in_memory, _commit.bucket_on_disk]
+
+
+def _framed(records: list):
+    """TFRecord frames of `records`, back to back, and each frame's length."""
+    lengths = np.array([len(r) for r in records], np.int64)
+    frame_lengths = lengths + 16
+    offsets = offsets_of(frame_lengths)
+    buf = np.zeros(int(offsets[-1]), np.uint8)
+    headers = frame_headers(lengths)
+    for i, r in enumerate(records):
+        buf[offsets[i] : offsets[i] + 12] = headers[i]
+        buf[offsets[i] + 12 : offsets[i] + 12 + len(r)] = np.frombuffer(r, np.uint8)
+    seal_frames(buf, offsets)
+    return buf.tobytes(), frame_lengths
+
+
+def _fragments(tmp, *, fragments=4, runs=5, shuffled_runs=True) -> list:
+    """N records 0..N-1 over `fragments` fragments of `runs` runs each, every run in
+    random order as ConvertFiles writes them (or in order, for concatenation)."""
+    rng = np.random.default_rng(0)
+    per_run = N // (fragments * runs)
+    out, value = [], 0
+    for f in range(fragments):
+        writer = FragmentWriter(str(tmp), f"bundle{f}")
+        for r in range(runs):
+            run = list(range(value, value + per_run))
+            value += per_run
+            if shuffled_runs:
+                rng.shuffle(run)
+            data, lengths = _framed([str(v).encode() for v in run])
+            writer.append(0, 0, (f, 0, r), data, lengths)
+        out.extend(writer.close())
+    return out
+
+
+def _values(out: io.BytesIO) -> list:
+    return [int(bytes(frame[12:-4])) for frame in iter_frames(out.getvalue(), verify=True)]
+
+
+def test_the_strategy_follows_the_number_of_runs_and_the_bytes():
+    def shard(runs, size):
+        return [Fragment(0, 0, "f", records=runs, bytes=size, order=(0,), segments=(1,) * runs)]
+
+    budget = _commit.Budget(max_merged_runs=8, in_memory_bytes=1000)
+    assert _commit.choose_strategy(shard(8, 10**9), budget) is _commit.interleave_runs
+    assert _commit.choose_strategy(shard(9, 1000), budget) is _commit.permute_in_memory
+    assert _commit.choose_strategy(shard(9, 1001), budget) is _commit.bucket_on_disk
+
+
+@pytest.mark.parametrize("strategy", SHUFFLES, ids=lambda s: s.__name__)
+def test_every_shuffle_keeps_every_record_and_mixes_the_shard(tmp_path, strategy):
+    fragments = _fragments(tmp_path)
+    out = io.BytesIO()
+    assert strategy(fragments, out, np.random.default_rng(3), SMALL) == N
+    values = _values(out)
+    assert sorted(values) == list(range(N)) and values != sorted(values)
+    # Well mixed: the first fifth of the output draws on every fifth of the input.
+    assert set(np.array(values[: N // 5]) // (N // 5)) == {0, 1, 2, 3, 4}
+    again = io.BytesIO()
+    strategy(fragments, again, np.random.default_rng(3), SMALL)
+    assert again.getvalue() == out.getvalue()  # a seed gives one order
+    other = io.BytesIO()
+    strategy(fragments, other, np.random.default_rng(4), SMALL)
+    assert other.getvalue() != out.getvalue()
+
+
+def test_without_shuffle_a_shard_keeps_source_order(tmp_path):
+    fragments = _fragments(tmp_path, shuffled_runs=False)
+    out = io.BytesIO()
+    assert _commit.write_shard(list(reversed(fragments)), out, rng=None) == N
+    assert _values(out) == list(range(N))
+
+
+@pytest.mark.parametrize("strategy", SHUFFLES + [None], ids=lambda s: s.__name__ if s else "concatenate")
+def test_a_truncated_fragment_is_an_error_naming_it(tmp_path, strategy):
+    fragments = _fragments(tmp_path)
+    with open(fragments[1].path, "r+b") as f:
+        f.truncate(fragments[1].bytes - 3)
+    with pytest.raises(TFRecordError, match=rf"fragment {fragments[1].path} is truncated"):
+        if strategy is None:
+            _commit.write_shard(fragments, io.BytesIO(), rng=None)
+        else:
+            strategy(fragments, io.BytesIO(), np.random.default_rng(0), SMALL)
+
+
+def test_an_index_that_disagrees_with_its_fragment_is_an_error_naming_it(tmp_path):
+    fragments = _fragments(tmp_path)
+    bad = Fragment(**{**fragments[0].__dict__, "records": fragments[0].records + 1})
+    with pytest.raises(TFRecordError, match=rf"fragment {bad.path}: index holds \d+ frames, expected {bad.records}"):
+        _commit.interleave_runs([bad, *fragments[1:]], io.BytesIO(), np.random.default_rng(0), SMALL)
