@@ -22,11 +22,14 @@ import dataclasses
 import io
 import logging
 
+import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
 
-__all__ = ["CsvRange", "RangeScan", "plan_ranges", "scan_range", "decide_ranges", "RangeFile", "DEFAULT_SPLIT_MB"]
+__all__ = ["CsvRange", "RangeScan", "plan_ranges", "scan_range", "decide_ranges", "RangeFile", "DEFAULT_SPLIT_MB",
+           "SplitCsvFiles"]
 
 logger = logging.getLogger(__name__)
 
@@ -167,3 +170,41 @@ class RangeFile(io.RawIOBase):
         data = self.read(len(b))
         b[: len(data)] = data
         return len(data)
+
+
+class SplitCsvFiles(beam.PTransform):
+    """(file index, path, None) -> (file index, path, CsvRange | None): files larger than
+    `split_bytes` become byte ranges, unless a scan finds newlines inside quoted fields."""
+
+    def __init__(self, sizes: tuple, split_bytes: int, quoted_newlines: bool):
+        super().__init__()
+        self._sizes, self._split_bytes, self._quoted_newlines = sizes, split_bytes, quoted_newlines
+
+    def expand(self, files):
+        planned = files | "PlanRanges" >> beam.FlatMap(_plan_ranges, self._sizes, self._split_bytes).with_outputs("scan", main="whole")
+        decided = (
+            planned.scan
+            # (file index, path, start, end)
+            | "ScanRanges" >> beam.Map(lambda r: ((r[0], r[1]), (r[2], r[3], scan_range(*r[1:]))))
+            | "ByFile" >> beam.GroupByKey()
+            | "DecideRanges" >> beam.FlatMap(_decided_ranges, self._quoted_newlines)
+        )
+        return (planned.whole, decided) | "AllParts" >> beam.Flatten() | "SpreadParts" >> beam.Reshuffle()
+
+
+def _plan_ranges(item, sizes, split_bytes):
+    index, path, _ = item
+    ranges = plan_ranges(sizes[index], split_bytes) if splittable(path) else [(0, sizes[index])]
+    if len(ranges) == 1:
+        yield (index, path, None)
+        return
+    for start, end in ranges:
+        yield beam.pvalue.TaggedOutput("scan", (index, path, start, end))
+
+
+def _decided_ranges(element, quoted_newlines):
+    (index, path), scans = element
+    ranges = decide_ranges(path, list(scans), quoted_newlines=quoted_newlines)
+    Metrics.counter("ingest", "csv_files_read_as_ranges" if ranges else "csv_files_read_whole").inc()
+    for r in ranges or [None]:
+        yield (index, path, r)

@@ -14,8 +14,9 @@ import logging
 from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs import _output
-from beam_jobs._config import JobConfig, decided_types
+from beam_jobs._config import JobConfig
 from beam_jobs._errors import ConversionError
+from beam_jobs._stats import ConversionStats
 from ingest import contract
 
 logger = logging.getLogger(__name__)
@@ -27,8 +28,8 @@ def _join(base: str, name: str) -> str:
     return FileSystems.join(base, name)
 
 
-def build_features(cfg: JobConfig, stats: dict, type_counts) -> tuple:
-    types = decided_types(cfg, type_counts)
+def build_features(cfg: JobConfig, stats: ConversionStats, type_counts) -> tuple:
+    types = cfg.types(type_counts)
     features = []
     for name in cfg.columns:
         dtype, shape = types[name]
@@ -37,37 +38,36 @@ def build_features(cfg: JobConfig, stats: dict, type_counts) -> tuple:
                 name=name,
                 dtype=dtype,
                 shape=shape,
-                missing=int(stats["missing"].get(name, 0)),
-                role="label" if name == cfg.label else ("image" if cfg.images and name in cfg.binary_columns else None),
-                text=dtype == "bytes" and name not in cfg.binary_columns,
-                min_length=stats["min_len"].get(name),
-                max_length=stats["max_len"].get(name),
+                missing=int(stats.missing.get(name, 0)),
+                role=cfg.source.role(name, cfg.label),
+                text=dtype == "bytes" and name not in cfg.source.binary_columns,
+                min_length=stats.min_len.get(name),
+                max_length=stats.max_len.get(name),
             )
         )
     return tuple(features)
 
 
-def _check_quality(cfg: JobConfig, stats: dict, quarantine: list) -> None:
-    total, bad = stats["rows"], stats["bad"]
+def _check_quality(cfg: JobConfig, stats: ConversionStats, quarantine: list) -> None:
+    total, bad = stats.rows, stats.bad
     where = f"{cfg.tmp_dir}/quarantine/"
+    source = cfg.source
     if total and bad / total > cfg.max_bad_fraction:
-        reasons = ", ".join(f"{k}: {v}" for k, v in sorted(stats["reasons"].items()))
+        reasons = ", ".join(f"{k}: {v}" for k, v in sorted(stats.reasons.items()))
         raise ConversionError(
             f"{bad} of {total} rows ({bad / total:.3%}) were quarantined ({reasons}), more than "
             f"--max_bad_fraction={cfg.max_bad_fraction}. No dataset was written. The bad rows, with "
-            f"their source and reason, are in {where}. Fix the input, "
-            + ("give column types with --column NAME:TYPE, " if cfg.source_format == "csv" else "")
-            + "or raise --max_bad_fraction."
+            f"their source and reason, are in {where}. Fix the input, {source.quality_hint()}or raise --max_bad_fraction."
         )
     if total - bad == 0:
         raise ConversionError(
-            f"no records were read from {cfg.input_pattern} ({cfg.input_count} {'image' if cfg.images else 'file'}(s)"
+            f"no records were read from {source.input_pattern} ({source.input_count} {source.unit}(s)"
             + (f", {bad} rows quarantined in {where}" if bad else ", all empty")
             + "): refusing to write an empty dataset"
         )
 
 
-def finalize_dataset(_, cfg: JobConfig, shards: list, stats: dict, quarantine: list, type_counts=None) -> str:
+def finalize_dataset(_, cfg: JobConfig, shards: list, stats: ConversionStats, quarantine: list, type_counts=None) -> str:
     """Commits the dataset; safe to run again after a failure at any point (runners retry).
 
     The plan (moves, metadata text, old files) is written to the temp dir once and every
@@ -104,7 +104,7 @@ def finalize_dataset(_, cfg: JobConfig, shards: list, stats: dict, quarantine: l
     return plan["metadata"]
 
 
-def _commit_plan(cfg: JobConfig, shards: list, stats: dict, quarantine: list, type_counts) -> dict:
+def _commit_plan(cfg: JobConfig, shards: list, stats: ConversionStats, quarantine: list, type_counts) -> dict:
     _check_quality(cfg, stats, quarantine)
     features = build_features(cfg, stats, type_counts)
     metadata_path = _join(cfg.output, contract.METADATA_FILENAME)
@@ -143,23 +143,23 @@ def _commit_plan(cfg: JobConfig, shards: list, stats: dict, quarantine: list, ty
         label=cfg.label,
         source={
             "format": cfg.source_format,
-            "input": cfg.input_pattern,
-            "files": cfg.input_count,
-            "bytes": cfg.input_bytes,
-            "schema": cfg.schema_origin,
-            "rows": stats["rows"],
+            "input": cfg.source.input_pattern,
+            "files": cfg.source.input_count,
+            "bytes": cfg.source.input_bytes,
+            "schema": cfg.source.schema_origin,
+            "rows": stats.rows,
             "job": cfg.job_id,
         },
         options=cfg.recorded_options(),
         quarantine={
-            "records": stats["bad"],
-            "reasons": dict(sorted(stats["reasons"].items())),
+            "records": stats.bad,
+            "reasons": dict(sorted(stats.reasons.items())),
             "path": contract.QUARANTINE_DIRNAME + "/",
             "files": quarantine_files,
         },
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        labels=cfg.vocabulary,
-        image=_image_metadata(cfg, stats),
+        labels=cfg.source.vocabulary,
+        image=cfg.source.metadata(stats.counters),
         warnings=tuple(f"split {name!r} received no records" for name in empty),
     )
     return {"moves": moves, "metadata": info.to_json(), "old_files": sorted(old), "empty_splits": empty}
@@ -180,15 +180,6 @@ def _move_into_place(cfg: JobConfig, moves: list) -> None:
         _mkdirs(_join(cfg.output, contract.QUARANTINE_DIRNAME))
     if sources:
         FileSystems.rename(sources, destinations)
-
-
-def _image_metadata(cfg: JobConfig, stats: dict) -> dict:
-    if cfg.images is None:
-        return {}
-    counters = stats.get("counters", {})
-    formats = {k.split(":", 1)[1]: v for k, v in sorted(counters.items()) if k.startswith("format:")}
-    actions = {k: v for k, v in sorted(counters.items()) if not k.startswith("format:")}
-    return {"feature": cfg.binary_columns[0], "stored": cfg.images.recorded(), "formats": formats, "actions": actions}
 
 
 def _mkdirs(path: str) -> None:

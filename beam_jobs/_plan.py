@@ -24,18 +24,9 @@ __all__ = [
 DEFAULT_TARGET_SHARD_MB = 128
 MAX_SHARD_MB = 200
 MIN_SHARD_MB = 10
-# tf.Example spends bytes on feature keys and framing: a 21-column CSV row of ~120 bytes
-# becomes ~330 bytes (measured on the benchmark corpus). Gzip input expands ~4x more.
-# Images are stored as encoded (a few hundred bytes of features each): about 1x, less
-# when --max_side shrinks them.
-_EXPANSION = {"csv": 2.8, "csv.gz": 11.0, "parquet": 3.0, "images": 1.0}
 # Records per contiguous block when shuffling is off: blocks go round-robin to shards, so
 # shards stay within one block of each other in size and keep source order inside.
 NO_SHUFFLE_BLOCK_ROWS = 512
-
-
-def estimate_output_bytes(input_bytes: int, source_format: str) -> int:
-    return int(input_bytes * _EXPANSION[source_format])
 
 
 def plan_num_shards(estimated_bytes: int, *, target_shard_mb: float = DEFAULT_TARGET_SHARD_MB) -> int:

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 __all__ = [
+    "holds_binary",
     "TypeCounts",
     "count_types",
     "merge_counts",
@@ -405,6 +406,13 @@ def _decimal_dtype(t: pa.DataType) -> str:
     if t.precision <= _DECIMAL_FLOAT32_DIGITS and t.scale <= 30:  # 1e-30: far inside float32's normal range
         return "float32"
     return "bytes"  # the exact decimal text, e.g. b"12345678901234567890.12"
+
+
+def holds_binary(t: pa.DataType) -> bool:
+    """Whether a column of this Arrow type holds binary data (not UTF-8 text), in lists too."""
+    while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) or pa.types.is_dictionary(t):
+        t = t.value_type
+    return pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t) or pa.types.is_binary_view(t)
 
 
 def _is_bytes_type(t: pa.DataType) -> bool:

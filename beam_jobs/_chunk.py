@@ -1,0 +1,94 @@
+"""The per-chunk work of a conversion as pure functions (no Beam, no files).
+
+    Chunk (Arrow batch, row numbers, bad rows)
+      -> typed(...)   the source types each column; rows without a label are set aside
+      -> encode_batch TFRecord frames of tf.train.Example, one per good row
+      -> routed(...)  each frame's split and shard, the frames of each shard back to back
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import google_crc32c
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from beam_jobs import _plan, _sources
+from beam_jobs._tfrecord import grouped_frames
+
+__all__ = ["Typed", "typed", "Routing", "routed"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Typed:
+    cols: list  # [(name, dtype, Arrow array)] of the good rows
+    rows: np.ndarray  # source row number of each good row
+    bad: list  # BadRow, every row set aside while reading or typing
+
+
+def typed(source, path: str, chunk: _sources.Chunk, types: dict, label: str | None) -> Typed:
+    """Types a chunk with its source's rules; quarantines bad cells and missing labels."""
+    cols, bad, bad_mask = source.type_chunk(path, chunk, types)
+    rows = chunk.rows
+    if label is not None:
+        labels = cols[source.columns.index(label)][2]
+        missing = ~np.asarray(labels.is_valid().to_numpy(zero_copy_only=False), bool)
+        for i in np.flatnonzero(missing & ~bad_mask):
+            bad.append(_sources.BadRow(path, int(rows[i]), f"label column {label!r} is missing",
+                                       source.row_text(chunk.batch, i), "missing_label"))
+        bad_mask = bad_mask | missing
+    if bad_mask.any():
+        keep = pa.array(~bad_mask)
+        cols = [(name, dtype, arr.filter(keep)) for name, dtype, arr in cols]
+        rows = rows[~bad_mask]
+    return Typed(cols, rows, bad)
+
+
+@dataclasses.dataclass(frozen=True)
+class Routing:
+    """What decides where a chunk's records go."""
+
+    splits: tuple  # ((name, fraction), ...)
+    num_shards: tuple  # per split
+    shuffle: bool
+    seed: int
+
+
+def routed(frames: pa.Array, hashes: np.ndarray, routing: Routing, where: tuple, first_record: dict):
+    """Yields (split, shard, frame bytes, frame lengths) for every shard the chunk feeds.
+
+    `hashes` decide each record's split; `where` is the chunk's (file index, part,
+    chunk index) and `first_record[split]` how many records of that split the file part
+    held before it: together they place records in shards (`_plan.assign_shards`).
+    """
+    file_index, part, chunk_index = where
+    split_of = _plan.assign_splits(hashes, dict(routing.splits))
+    for s in np.unique(split_of):
+        s = int(s)
+        ids = np.flatnonzero(split_of == s)
+        shard_of = _plan.assign_shards(
+            len(ids), routing.num_shards[s], shuffle=routing.shuffle, seed=routing.seed,
+            file_index=file_index, chunk_index=chunk_index, first_record=first_record.get(s, 0), part_index=part,
+        )
+        if routing.shuffle:
+            # Each shard's records leave the chunk in random order, so the commit only
+            # has to interleave these runs at random to shuffle the shard uniformly.
+            within = np.random.default_rng([routing.seed, file_index, part, chunk_index, s]).permutation(len(ids))
+            order = within[np.argsort(shard_of[within], kind="stable")]
+        else:
+            order = np.argsort(shard_of, kind="stable")
+        # One C++ gather puts each shard's frames back to back.
+        picked = frames if len(ids) == len(frames) and np.all(order[1:] > order[:-1]) else frames.take(ids[order])
+        for shard, data, lengths in grouped_frames(picked, np.bincount(shard_of, minlength=routing.num_shards[s])):
+            yield s, shard, data, lengths
+
+
+def key_hashes(keys: pa.Array) -> np.ndarray:
+    """CRC32C of each --split_key value (as text), so a key's records share a split."""
+    if not (pa.types.is_binary(keys.type) or pa.types.is_large_binary(keys.type)):
+        keys = pc.cast(keys, pa.string())
+    value = google_crc32c.value
+    return np.fromiter((value(k or b"") if isinstance(k, bytes) else value((k or "").encode()) for k in keys.to_pylist()),
+                       np.uint32, len(keys))

@@ -1,0 +1,52 @@
+"""The job's shared flags as one frozen, self-checking object, built before any file is read."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from beam_jobs import _plan
+from beam_jobs._errors import ConversionError
+
+__all__ = ["JobOptions"]
+
+
+@dataclasses.dataclass(frozen=True)
+class JobOptions:
+    source: str
+    input: str
+    output: str
+    splits: tuple = (("train", 1.0),)  # ((name, fraction), ...)
+    split_key: str | None = None
+    num_shards: int | None = None  # per split; None: planned from the input size
+    target_shard_mb: float = _plan.DEFAULT_TARGET_SHARD_MB
+    compression: str = "none"
+    max_bad_fraction: float = 0.001
+    seed: int = 0
+    shuffle: bool = True
+    overwrite: bool = False
+    stale_job_hours: float = 24.0
+
+    def __post_init__(self):
+        if not 0 <= self.max_bad_fraction <= 1:
+            raise ConversionError(f"--max_bad_fraction must be in [0, 1], got {self.max_bad_fraction}")
+        if self.num_shards is not None and self.num_shards < 1:
+            raise ConversionError(f"--num_shards must be at least 1, got {self.num_shards}")
+        if not self.target_shard_mb > 0:
+            raise ConversionError(f"--target_shard_mb must be positive, got {self.target_shard_mb}")
+        if not self.stale_job_hours > 0:
+            raise ConversionError(f"--stale_job_hours must be positive, got {self.stale_job_hours}")
+        if self.compression not in ("none", "gzip"):
+            raise ConversionError(f"--compression must be none or gzip, got {self.compression!r}")
+
+    @classmethod
+    def from_args(cls, args) -> "JobOptions":
+        try:
+            splits = tuple(_plan.parse_splits(args.splits).items())
+        except ValueError as e:
+            raise ConversionError(str(e)) from e
+        return cls(
+            source=args.source, input=args.input, output=args.output.rstrip("/"), splits=splits,
+            split_key=args.split_key, num_shards=args.num_shards, target_shard_mb=args.target_shard_mb,
+            compression=args.compression, max_bad_fraction=args.max_bad_fraction, seed=args.seed,
+            shuffle=args.shuffle, overwrite=args.overwrite, stale_job_hours=args.stale_job_hours,
+        )

@@ -1,0 +1,183 @@
+"""What every source adapter provides, and the launch-time helpers they share.
+
+A source adapter owns everything that differs between input formats: its flags, its
+launch-time planning (listing, headers or schemas, byte ranges), reading one work item
+into Arrow chunks plus quarantined rows, typing those chunks, and what it records in
+the metadata. The adapter object is frozen at launch and shipped to workers inside the
+`JobConfig`; the pipeline only ever calls the methods below.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import json
+from typing import ClassVar, Iterator
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+
+from beam_jobs._errors import ConversionError
+from beam_jobs._sources import Chunk
+
+__all__ = ["Source", "WorkItem", "flag", "match_files", "first_mismatch", "select_columns"]
+
+# (item index, path or image entries, CsvRange or None): one unit of work for ConvertFiles.
+WorkItem = tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """A source's launch-time decisions and its worker-side behaviour."""
+
+    input_pattern: str
+    columns: tuple  # the features of every record, in order
+    input_bytes: int
+    input_count: int  # files, or images
+    schema_origin: str  # "inferred" | "given" | "mixed" | "parquet" | "images"
+    binary_columns: tuple = ()  # bytes columns holding binary data, not UTF-8 text
+
+    format: ClassVar[str]
+    unit: ClassVar[str] = "file"  # what input_count counts, for messages
+    fixed_label: ClassVar[str | None] = None  # the label feature, when the source names it (images)
+
+    # --- launch ------------------------------------------------------------------
+
+    @classmethod
+    def add_flags(cls, parser) -> None:
+        """Adds the source's own flags to the job's parser (nothing by default)."""
+
+    @classmethod
+    def check_flags(cls, args) -> None:
+        """Refuses bad values of the source's flags before any file is listed."""
+
+    @classmethod
+    def open(cls, args) -> "Source":
+        """Lists and inspects the input named by the flags; raises ConversionError."""
+        raise NotImplementedError
+
+    def expansion(self) -> float:
+        """Output bytes per input byte, for planning shard counts."""
+        raise NotImplementedError
+
+    def for_workers(self) -> "Source":
+        """The part of the source workers need (launch-only data left out)."""
+        return self
+
+    # --- pipeline ----------------------------------------------------------------
+
+    def work_items(self) -> list:
+        """The units of work, listed at launch: [(index, path or entries, None)]."""
+        raise NotImplementedError
+
+    @property
+    def infer(self) -> bool:
+        """Whether column types are inferred from a first pass over the data."""
+        return False
+
+    def count_types(self, item: WorkItem) -> Iterator[dict]:
+        raise NotImplementedError
+
+    def decided_types(self, type_counts, *, tolerance: float) -> dict:
+        """{column: (dtype, shape)} for every column, given the merged type counts."""
+        raise NotImplementedError
+
+    def read(self, item: WorkItem) -> tuple:
+        """(name of the input for bad rows, iterator of Chunks) for one work item."""
+        raise NotImplementedError
+
+    def type_chunk(self, path: str, chunk: Chunk, types: dict) -> tuple:
+        """Types a chunk's columns: ([(name, dtype, array)], [BadRow], bad-row mask)."""
+        raise NotImplementedError
+
+    def row_text(self, batch, i: int) -> str:
+        """Row `i` of a chunk's batch as the quarantine shows it: JSON of its values."""
+        values = batch.slice(i, 1).to_pylist()[0].items()
+        return json.dumps({k: (v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else v) for k, v in values},
+                          default=str)
+
+    def expand_items(self, items: beam.PCollection) -> beam.PCollection:
+        """Work items as the pipeline reads them (CSV cuts large files into byte ranges)."""
+        return items
+
+    # --- metadata ----------------------------------------------------------------
+
+    def recorded(self) -> dict:
+        """The source's options, as recorded in the metadata's `options`."""
+        return {}
+
+    def metadata(self, counters: dict) -> dict:
+        """The metadata's `image` block (only images have one)."""
+        return {}
+
+    @property
+    def vocabulary(self) -> tuple:
+        """Label names whose position is the label index (images)."""
+        return ()
+
+    def role(self, column: str, label: str | None) -> str | None:
+        return "label" if column == label else None
+
+    def quality_hint(self) -> str:
+        """What besides fixing the input and raising --max_bad_fraction may help."""
+        return ""
+
+
+# --- shared launch-time helpers ---------------------------------------------------------
+
+
+def flag(parser, name: str, **kwargs) -> None:
+    """`--name`, with the dashed spelling (`--some-flag`) as an alias, as Beam's flags have."""
+    dashed = "--" + name.replace("_", "-")
+    names = ["--" + name] + ([dashed] if dashed != "--" + name else [])
+    parser.add_argument(*names, dest=name, **kwargs)
+
+
+def match_files(pattern: str) -> list:
+    """[(path, size)] of the files matching `pattern`, sorted; at least one."""
+    try:
+        results = FileSystems.match([pattern])
+    except Exception as e:
+        raise ConversionError(f"cannot list --input {pattern}: {e}") from e
+    files = sorted((m.path, m.size_in_bytes) for r in results for m in r.metadata_list)
+    if not files:
+        raise ConversionError(f"no files match --input {pattern}")
+    return files
+
+
+def first_mismatch(paths, read, what: str, explain=None):
+    """Reads `what` of every file; raises naming the first file that disagrees with the first.
+
+    `explain(first, value, first_path)` says how a file differs and what to do, or None
+    when it agrees; by default any difference is reported whole.
+    """
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        values = list(pool.map(read, paths))
+    for path, value in zip(paths, values):
+        if explain is not None:
+            how = explain(values[0], value, paths[0])
+        elif value != values[0]:
+            how = f"has {what} {value}, but the first file {paths[0]} has {values[0]}: all files of one input must agree"
+        else:
+            how = None
+        if how:
+            raise ConversionError(f"input file {path} {how}")
+    return values[0]
+
+
+def select_columns(names: list, args) -> list:
+    """The columns to convert: --columns (default all), plus --label and --split_key."""
+    if args.columns:
+        selected = [c.strip() for c in args.columns.split(",") if c.strip()]
+        unknown = [c for c in selected if c not in names]
+        if unknown:
+            raise ConversionError(f"--columns names {unknown}, which the input lacks; its columns: {names}")
+    else:
+        selected = list(names)
+    for name, col in (("--label", args.label), ("--split_key", args.split_key)):
+        if col is not None and col not in names:
+            raise ConversionError(f"{name} {col!r} is not a column of the input; its columns: {names}")
+        if col is not None and col not in selected:
+            selected.append(col)
+    return selected
+
