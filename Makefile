@@ -10,8 +10,10 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# The bare package is only the conversion (what Dataflow workers install); `all` adds
+# TensorFlow and matplotlib for the runtime and the benchmarks, `test` adds the test tools.
 $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install --quiet -e ".[all]"
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
@@ -32,6 +34,7 @@ test-fast: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed-test
+	@# `bench` is `all` (installed by `test`) plus tfx-bsl, which may not install here.
 	@$(BIN)/python -m pip install --quiet -e ".[bench]" || \
 	  echo "note: tfx-bsl does not install here; the conversion benchmark skips its TFX comparison"
 	$(BIN)/python -m benchmarks --out bench-out/suite

@@ -15,15 +15,11 @@ import json
 import os
 import shutil
 
-from benchmarks import _measure, corpus
+from benchmarks import _measure, _plots, corpus
 
 
 def _plot(reports: dict, path: str, step_ms: float) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _plots.pyplot()
     fig, ax = plt.subplots(figsize=(9, 4))
     for name, report in reports.items():
         waits = [1000 * w for w in report.waits]
@@ -46,6 +42,7 @@ def main(argv=None) -> int:
     p.add_argument("--batch_size", type=int, default=256)
     p.add_argument("--steps", type=int, default=300, help="measured steps per pipeline")
     args = p.parse_args(argv)
+    _plots.pyplot()  # without matplotlib, stop before the work rather than after it
 
     from beam_jobs import convert  # imported late: --help stays fast
 

@@ -25,7 +25,7 @@ import dataclasses
 import json
 import os
 
-from benchmarks import _measure, corpus
+from benchmarks import _measure, _plots, corpus
 
 BATCH = 256
 
@@ -58,6 +58,7 @@ def _tail(report, start: int):
 
 
 def run(out: str, *, quick: bool, workdir: str) -> list:
+    _plots.pyplot()  # without matplotlib, stop before the work rather than after it
     import ingest
     from benchmarks import pipelines
 
@@ -104,7 +105,7 @@ def run(out: str, *, quick: bool, workdir: str) -> list:
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(results, f, indent=2)
-    _plots(results, timelines, out, step_ms)
+    _draw(results, timelines, out, step_ms)
     return results
 
 
@@ -155,7 +156,7 @@ def _slow_storage(data: SuiteData, step_ms: float, steps: int, out: str) -> list
         # Reads that wait on latency need threads, not cores: the last variant gives each
         # of the 16 readers its own call instead of AUTOTUNE's core-sized pool.
         for width, calls in ((1, None), (4, None), (16, None), (16, 16)):
-            opts = ingest.PipelineOptions(cycle_length=width, num_parallel_calls=calls)
+            opts = ingest.ReadOptions(cycle_length=width, num_parallel_calls=calls)
             ds = ingest.make_dataset(mnt, batch_size=BATCH, num_epochs=None, options=opts)
             report = ingest.measure_idle(ds, step_time_ms=step_ms, steps=steps, warmup_steps=20)
             name = f"make_dataset cycle_length={width}" + (f" num_parallel_calls={calls}" if calls else "")
@@ -170,12 +171,8 @@ def _slow_storage(data: SuiteData, step_ms: float, steps: int, out: str) -> list
     return rows
 
 
-def _plots(results: list, timelines: dict, out: str, step_ms: float) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def _draw(results: list, timelines: dict, out: str, step_ms: float) -> None:
+    plt = _plots.pyplot()
     results = [r for r in results if "idle_fraction" in r]
     fig, ax = plt.subplots(figsize=(10, 4.5))
     labels = [f"{r['scenario']}\n{r['pipeline']}" for r in results]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import tensorflow as tf
 
-from beam_jobs._example_encoder import encode_batch
+from beam_jobs import encode_record_batch
 from benchmarks import corpus
 
 ROWS = 8192
@@ -17,31 +17,25 @@ ROWS = 8192
 
 @pytest.fixture(scope="module")
 def table():
-    return corpus.tabular_table(ROWS, seed=0)
+    return corpus.tabular_table(ROWS, seed=0).combine_chunks()
 
 
 @pytest.fixture(scope="module")
-def columns(table):
-    dtype = {**{c: "float32" for c in corpus.FLOAT_COLS}, **{c: "int64" for c in corpus.INT_COLS + [corpus.LABEL]},
-             **{c: "bytes" for c in corpus.STR_COLS}}
-    return [(name, dtype[name], table.column(name).combine_chunks()) for name in table.column_names]
-
-
-@pytest.fixture(scope="module")
-def records(columns):
-    buf, offsets = encode_batch(columns, ROWS)
+def records(table):
+    buf, offsets = encode_record_batch(table)
     return [bytes(buf[offsets[i] : offsets[i + 1]]) for i in range(ROWS)]
 
 
 @pytest.fixture(scope="module")
-def spec(columns):
-    types = {"float32": tf.float32, "int64": tf.int64, "bytes": tf.string}
-    return {name: tf.io.FixedLenFeature([], types[d]) for name, d, _ in columns}
+def spec():
+    types = {**{c: tf.float32 for c in corpus.FLOAT_COLS}, **{c: tf.int64 for c in corpus.INT_COLS + [corpus.LABEL]},
+             **{c: tf.string for c in corpus.STR_COLS}}
+    return {name: tf.io.FixedLenFeature([], dtype) for name, dtype in types.items()}
 
 
-def test_encoder_columnar(benchmark, columns):
+def test_encoder_columnar(benchmark, table):
     benchmark.extra_info["rows"] = ROWS
-    benchmark(encode_batch, columns, ROWS)
+    benchmark(encode_record_batch, table)
 
 
 def test_encoder_protobuf_baseline(benchmark, table):

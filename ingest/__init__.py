@@ -4,17 +4,22 @@
     ds = ingest.make_dataset("gs://bucket/dataset", batch_size=256)
     model.fit(ds)
 
-The TensorFlow-dependent parts load on first use, so `ingest.contract` stays importable
-by Beam workers without TensorFlow.
+TensorFlow is an extra (`pip install 'ingest[tf]'`): the parts that need it load on first
+use, so `import ingest` and `ingest.contract` work on Beam workers without it, and a name
+that needs it raises ImportError with the install command there.
 """
 
 import importlib
+import warnings
+
+from ingest import _optional
 
 __all__ = [
     "make_dataset",
     "distribute",
     "load_info",
-    "PipelineOptions",
+    "ReadOptions",
+    "ImageOptions",
     "DatasetInfo",
     "FeatureSpec",
     "DatasetNotFoundError",
@@ -28,7 +33,7 @@ __all__ = [
 
 _LAZY = {
     "make_dataset": "ingest._dataset",
-    "skipped_corrupt_records": "ingest._dataset",
+    "skipped_corrupt_records": "ingest._read",
     "measure_idle": "ingest._idle",
     "measure_train_step": "ingest._idle",
     "IdleReport": "ingest._idle",
@@ -37,15 +42,31 @@ _LAZY = {
     "load_info": "ingest._info",
     "DatasetNotFoundError": "ingest._info",
     "DatasetInfoError": "ingest._info",
-    "PipelineOptions": "ingest._options",
+    "ReadOptions": "ingest._options",
+    "ImageOptions": "ingest._options",
     "DatasetInfo": "ingest.contract",
     "FeatureSpec": "ingest.contract",
 }
 
+# Old names that still resolve, with a DeprecationWarning on each use: old name -> new name.
+# PipelineOptions clashed with Beam's PipelineOptions, which the conversion imports too.
+_DEPRECATED = {"PipelineOptions": "ReadOptions"}
+
 
 def __getattr__(name):
+    if name in _DEPRECATED:
+        new = _DEPRECATED[name]
+        warnings.warn(f"ingest.{name} is deprecated: use ingest.{new}, the same class under a new name",
+                      DeprecationWarning, stacklevel=2)
+        return __getattr__(new)
     if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
+        try:
+            module = importlib.import_module(_LAZY[name])
+        except ModuleNotFoundError as e:
+            if _optional.is_missing(e, "tensorflow"):
+                raise _optional.missing_tensorflow(f"ingest.{name}") from e
+            raise
+        value = getattr(module, name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'ingest' has no attribute {name!r}")

@@ -11,6 +11,8 @@ import argparse
 import importlib
 import sys
 
+from ingest import _optional
+
 
 def _load_callable(spec: str):
     module, sep, name = spec.partition(":")
@@ -62,6 +64,11 @@ def main(argv=None) -> int:
     work.add_argument("--heartbeat_interval_ms", "--heartbeat-interval-ms", type=int,
                       help="how often to report to the dispatcher; keep well under its --worker_timeout_ms")
     args = p.parse_args(argv)
+    try:
+        _optional.tensorflow(f"`ingest {args.command}`")
+    except ImportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     if args.command == "service":
         return _service(args)
 

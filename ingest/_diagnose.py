@@ -11,12 +11,15 @@ from __future__ import annotations
 import dataclasses
 import time
 
+from ingest import _optional
+from ingest._system import physical_memory
+
 __all__ = ["Diagnosis", "StageCapacity", "decide", "diagnose"]
 
 # The fixes the reference material recommends for each kind of bound.
 ADVICE = {
     "read": ("I/O-bound: reading shards is slower than the model consumes. Read more shards in parallel "
-             "(PipelineOptions(cycle_length=...)), convert into more shards (--num_shards), use larger read "
+             "(ReadOptions(cycle_length=...)), convert into more shards (--num_shards), use larger read "
              "buffers or faster storage, or cache the data (cache='auto' or a local file)."),
     "parse": ("CPU-bound in parsing: decoding records is slower than the model consumes. Read only the "
               "features the model uses (features=[...]), cache, or give the input pipeline more CPU cores."),
@@ -24,7 +27,7 @@ ADVICE = {
                    "Simplify it, move deterministic work into the conversion job, or give the input pipeline "
                    "more CPU cores."),
     "memory": ("Memory-bound: batches in flight do not fit the memory budget. Use smaller batches (or smaller "
-               "images), or raise PipelineOptions(ram_budget_bytes=...)."),
+               "images), or raise ReadOptions(ram_budget_bytes=...)."),
     None: "Not input-bound: every stage delivers faster than the model consumes.",
 }
 _HEADROOM = 1.1  # a stage must beat the demand by 10% to count as keeping up
@@ -89,15 +92,15 @@ def _rate(ds, count_fn) -> float:
 def diagnose(path, *, step_time_ms: float, batch_size: int = 256, split: str = "train", preprocess=None,
              max_records: int = 200_000, options=None) -> Diagnosis:
     """Measures each stage of make_dataset on `path` against a model taking `step_time_ms` per batch."""
-    import tensorflow as tf
+    tf = _optional.tensorflow("ingest.diagnose")
 
     from ingest import _dataset
     from ingest._info import load_info
-    from ingest._options import PipelineOptions
+    from ingest._options import ReadOptions
 
     if step_time_ms <= 0:
         raise ValueError(f"step_time_ms must be positive, got {step_time_ms}")
-    opts = options or PipelineOptions()
+    opts = options or ReadOptions()
     info = load_info(path)
     split_info = info.split(split)
     batches = max(1, min(split_info.records, max_records) // batch_size)
@@ -120,5 +123,5 @@ def diagnose(path, *, step_time_ms: float, batch_size: int = 256, split: str = "
     demand = batch_size * 1000.0 / step_time_ms
     avg_record = split_info.bytes / max(split_info.records, 1)
     in_flight = 16  # batches buffered across prefetch and parallel maps, a generous estimate
-    budget = opts.ram_budget_bytes or _dataset._physical_memory() // 2
+    budget = opts.ram_budget_bytes or physical_memory() // 2
     return decide(capacities, demand, batch_bytes=avg_record * batch_size * in_flight, memory_budget=budget)

@@ -20,6 +20,8 @@ from typing import Callable
 
 import numpy as np
 
+from ingest import _optional
+
 __all__ = ["IdleReport", "measure_idle", "measure_train_step", "classify"]
 
 HIGHLY, MODERATELY = 0.20, 0.05
@@ -105,7 +107,7 @@ class IdleReport:
 
 
 def _batch_size(batch) -> int:
-    import tensorflow as tf
+    tf = _optional.tensorflow("ingest.measure_idle")
 
     first = tf.nest.flatten(batch)[0]
     shape = getattr(first, "shape", ())  # a tf.Tensor or a NumPy array

@@ -1,11 +1,15 @@
-"""Tuning knobs of the input pipeline. Every field defaults to automatic (None)."""
+"""The option objects `make_dataset` takes: how to read (`ReadOptions`), how to decode images (`ImageOptions`).
+
+Both are frozen and check themselves when built; neither needs TensorFlow, so they can be
+built (and their errors seen) on a machine without it.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 
-__all__ = ["PipelineOptions"]
+__all__ = ["ReadOptions", "ImageOptions"]
 
 
 def _check_positive(name, value, *, allow_zero=False):
@@ -13,12 +17,14 @@ def _check_positive(name, value, *, allow_zero=False):
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < (0 if allow_zero else 1):
         low = 0 if allow_zero else 1
-        raise ValueError(f"PipelineOptions.{name} must be an integer >= {low} or None (automatic), got {value!r}")
+        raise ValueError(f"ReadOptions.{name} must be an integer >= {low} or None (automatic), got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
-class PipelineOptions:
+class ReadOptions:
     """How `make_dataset` builds its tf.data graph. None means "decide automatically".
+
+    (Formerly `PipelineOptions`, a name Beam uses for its own options; that name still works, deprecated.)
 
     cycle_length: shards read at once by the interleave. Auto: all shards up to 2x the
         CPU count on local disk, up to 16 on object storage (gs://), where each read has
@@ -79,8 +85,80 @@ class PipelineOptions:
             _check_positive(name, getattr(self, name))
         _check_positive("prefetch", self.prefetch, allow_zero=True)
         if not isinstance(self.symbolic_checkpoint, bool):
-            raise ValueError(f"PipelineOptions.symbolic_checkpoint must be a bool, got {self.symbolic_checkpoint!r}")
+            raise ValueError(f"ReadOptions.symbolic_checkpoint must be a bool, got {self.symbolic_checkpoint!r}")
         t = self.service_timeout_s
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < math.inf):
-            raise ValueError(f"PipelineOptions.service_timeout_s must be a positive number of seconds or None "
+            raise ValueError(f"ReadOptions.service_timeout_s must be a positive number of seconds or None "
                              f"(automatic: 60), got {t!r}")
+
+
+IMAGE_DTYPES = ("bfloat16", "float32", "uint8")
+IMAGENET_MEAN_STD = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageOptions:
+    """How `make_dataset` decodes, augments and finishes the images of an image dataset.
+
+    size: (height, width) of the images it yields.
+    training: True takes a random resized crop (area 8%-100%, aspect 3/4-4/3, as in the
+        Inception/ResNet recipes; for JPEGs only the crop is decoded) and a random flip;
+        False the central 87.5% crop, the usual evaluation transform.
+    channels: 3 (RGB) or 1 (grayscale).
+    dtype: "float32", "bfloat16" or "uint8".
+    normalize: None (pixel values 0-255), "unit" ([0, 1]), "imagenet" (ImageNet mean and
+        std) or (mean, std), per channel in [0, 1] units. "default": "unit" for float
+        dtypes, None for uint8 (which cannot hold anything else).
+    """
+
+    size: tuple
+    training: bool = True
+    channels: int = 3
+    dtype: str = "float32"
+    normalize: object = "default"
+
+    def __post_init__(self):
+        try:
+            height, width = (int(v) for v in self.size)
+        except (TypeError, ValueError):
+            raise ValueError(f"image size must be (height, width), got {self.size!r}") from None
+        if height < 1 or width < 1:
+            raise ValueError(f"image size must be positive, got {self.size!r}")
+        object.__setattr__(self, "size", (height, width))  # lists and NumPy ints in, a hashable pair out
+        if self.training not in (True, False):
+            raise ValueError(f"training must be True or False, got {self.training!r}")
+        if self.channels not in (1, 3):
+            raise ValueError(f"channels must be 1 (grayscale) or 3 (RGB), got {self.channels!r}")
+        if self.dtype not in IMAGE_DTYPES:
+            raise ValueError(f"image dtype must be one of {list(IMAGE_DTYPES)}, got {self.dtype!r}")
+        normalize = self.normalize
+        if isinstance(normalize, (tuple, list)) and len(normalize) == 2:
+            try:
+                mean, std = (tuple(float(v) for v in part) for part in normalize)
+            except (TypeError, ValueError):
+                raise ValueError(f"normalize=(mean, std) needs two sequences of numbers, got {normalize!r}") from None
+            if len(mean) != self.channels or len(std) != self.channels or min(std) <= 0:
+                raise ValueError(f"normalize=(mean, std) needs {self.channels} values each and positive std, "
+                                 f"got {normalize!r}")
+            object.__setattr__(self, "normalize", (mean, std))
+        elif normalize == "imagenet" and self.channels != 3:
+            raise ValueError("normalize='imagenet' needs channels=3 (its mean and std are per RGB channel), "
+                             f"got channels={self.channels!r}")
+        elif not (normalize is None or (isinstance(normalize, str) and normalize in ("default", "unit", "imagenet"))):
+            raise ValueError(f"normalize must be None, 'unit', 'imagenet' or (mean, std), got {normalize!r}")
+        if self.dtype == "uint8" and self.scale:
+            raise ValueError("image dtype 'uint8' keeps pixel values 0-255: use normalize=None, or a float image dtype")
+
+    @property
+    def scale(self) -> bool:
+        """Whether pixel values are divided by 255 (every normalization but None)."""
+        if isinstance(self.normalize, str) and self.normalize == "default":
+            return self.dtype != "uint8"
+        return self.normalize is not None
+
+    @property
+    def mean_std(self) -> tuple | None:
+        """(mean, std) per channel in [0, 1] units, or None when there is no mean/std step."""
+        if isinstance(self.normalize, tuple):
+            return self.normalize
+        return IMAGENET_MEAN_STD if self.normalize == "imagenet" else None

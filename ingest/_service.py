@@ -68,7 +68,7 @@ def guard_stalls(ds: tf.data.Dataset, *, dispatcher: str, timeout_s: float,
                         "was most likely lost mid-epoch (killed, crashed or unreachable), and TensorFlow's "
                         "service client does not recover from that reliably. Records of this epoch may be "
                         "missing: check the workers and iterate the dataset again for a new epoch. If a batch "
-                        "can legitimately take longer, raise PipelineOptions(service_timeout_s=...)."
+                        "can legitimately take longer, raise ReadOptions(service_timeout_s=...)."
                     ) from None
                 if kind == "end":
                     return

@@ -4,7 +4,7 @@ TensorFlow 2.21's service client can wait forever for the killed worker: before
 `make_dataset(service=...)` guarded against it, distributed_epoch stalled in 2 of 3 runs
 (after 384-400 of 3000 records) and parallel_epochs in 2 of 2; a shorter task refresh
 (task_refresh_interval_hint_ms=300) did not help. Now each run must finish or raise an
-error naming the dispatcher within PipelineOptions(service_timeout_s) (5 s here);
+error naming the dispatcher within ReadOptions(service_timeout_s) (5 s here);
 tests/test_service.py checks this. Not collected by pytest; run:
 
     .venv/bin/python -m tests.repro_service_worker_kill [distributed_epoch|parallel_epochs] [RUNS]
@@ -39,7 +39,7 @@ def main(mode: str = "distributed_epoch", runs: str = "3") -> int:
     try:
         for run in range(int(runs)):
             ds = ingest.make_dataset(str(root / "ds"), batch_size=16, label=False, service=cluster.address,
-                                     processing_mode=mode, options=ingest.PipelineOptions(service_timeout_s=TIMEOUT_S))
+                                     processing_mode=mode, options=ingest.ReadOptions(service_timeout_s=TIMEOUT_S))
             seen, outcome, start = [], [], time.monotonic()
 
             def consume():

@@ -10,6 +10,8 @@ import zipfile
 
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions, SetupOptions
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from beam_jobs import convert
 from tests.conftest import write_text
@@ -70,6 +72,20 @@ def _local_path(artifact) -> str:
     return beam_runner_api_pb2.ArtifactFilePayload.FromString(artifact.type_payload).path
 
 
+# What a worker must have to convert, and what it must not be made to install: the
+# runtime's and the benchmarks' heavy dependencies (gigabytes, minutes of start-up).
+WORKER_NEEDS = {"apache-beam", "pyarrow", "numpy", "google-crc32c", "pillow"}
+NOT_ON_WORKERS = {"tensorflow", "matplotlib", "tfx-bsl"}
+
+
+def _worker_requirements(metadata: str) -> set:
+    """What `pip install` of the staged package brings along: the Requires-Dist lines no extra gates."""
+    from email.parser import HeaderParser
+
+    reqs = [Requirement(line) for line in HeaderParser().parsestr(metadata).get_all("Requires-Dist", [])]
+    return {canonicalize_name(r.name) for r in reqs if r.marker is None or r.marker.evaluate({"extra": ""})}
+
+
 def _translate(tmp, *extra):
     src = write_text(tmp / "in" / "a.csv", "x,y\n1,a\n2,b\n")
     argv = ["--source", "csv", "--input", str(src), "--output", str(tmp / "out"), *DATAFLOW_FLAGS, *extra]
@@ -89,7 +105,10 @@ def test_setup_file_stages_an_sdist_with_both_packages(tmp):
     assert "workflow.tar.gz" in staged
     with tarfile.open(staged["workflow.tar.gz"]) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+        (pkg_info,) = [n for n in tar.getnames() if n.count("/") == 1 and n.endswith("/PKG-INFO")]
+        requirements = _worker_requirements(tar.extractfile(pkg_info).read().decode())
     assert {"beam_jobs/_pipeline.py", "beam_jobs/_images.py", "ingest/contract.py", "pyproject.toml"} <= names
+    assert WORKER_NEEDS <= requirements and not requirements & NOT_ON_WORKERS, requirements
 
 
 @pytest.mark.slow
@@ -99,6 +118,9 @@ def test_extra_package_stages_a_built_wheel(tmp):
     (wheel,) = (tmp / "dist").glob("ingest-*.whl")
     with zipfile.ZipFile(wheel) as z:
         assert {"beam_jobs/convert.py", "ingest/contract.py"} <= set(z.namelist())
+        (metadata,) = [n for n in z.namelist() if n.endswith(".dist-info/METADATA")]
+        requirements = _worker_requirements(z.read(metadata).decode())
+    assert WORKER_NEEDS <= requirements and not requirements & NOT_ON_WORKERS, requirements
     options, result = _translate(tmp, f"--extra_package={wheel}")
     assert result.job.options.view_as(SetupOptions).extra_packages == [str(wheel)]
     staged = _staged(options, tmp / "staging")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from beam_jobs import _plan
-from ingest import _plan as rt_plan
+from ingest import _tuning
 
 MB = 2**20
 
@@ -77,41 +77,41 @@ def test_shard_assignment_unshuffled_is_contiguous_blocks():
 
 
 def test_runtime_cycle_length_and_buffers():
-    assert rt_plan.cycle_length(16, remote=False, cpu_count=2) == 4
-    assert rt_plan.cycle_length(3, remote=False, cpu_count=8) == 3
-    assert rt_plan.cycle_length(100, remote=True, cpu_count=2) == 16
-    assert rt_plan.cycle_length(100, remote=True, cpu_count=2, requested=5) == 5
-    assert rt_plan.read_buffer_bytes(remote=True) > rt_plan.read_buffer_bytes(remote=False)
-    assert rt_plan.shuffle_buffer(1_000_000, 332, batch_size=256) == (16 << 20) // 332
-    assert rt_plan.shuffle_buffer(500, 332, batch_size=256) == 500
-    assert rt_plan.shuffle_buffer(10**9, 10 << 20, batch_size=32) == 128  # huge records: 4 batches
+    assert _tuning.cycle_length(16, remote=False, cpu_count=2) == 4
+    assert _tuning.cycle_length(3, remote=False, cpu_count=8) == 3
+    assert _tuning.cycle_length(100, remote=True, cpu_count=2) == 16
+    assert _tuning.cycle_length(100, remote=True, cpu_count=2, requested=5) == 5
+    assert _tuning.read_buffer_bytes(remote=True) > _tuning.read_buffer_bytes(remote=False)
+    assert _tuning.shuffle_buffer(1_000_000, 332, batch_size=256) == (16 << 20) // 332
+    assert _tuning.shuffle_buffer(500, 332, batch_size=256) == 500
+    assert _tuning.shuffle_buffer(10**9, 10 << 20, batch_size=32) == 128  # huge records: 4 batches
 
 
 def test_remote_reads_get_a_call_per_shard_local_reads_autotune():
-    assert rt_plan.interleave_parallelism(16, remote=True) == 16
-    assert rt_plan.interleave_parallelism(4, remote=False) is None
-    assert rt_plan.interleave_parallelism(16, remote=True, requested=3) == 3
+    assert _tuning.interleave_parallelism(16, remote=True) == 16
+    assert _tuning.interleave_parallelism(4, remote=False) is None
+    assert _tuning.interleave_parallelism(16, remote=True, requested=3) == 3
     # More calls than the cycle holds is an error in tf.data (one-shard datasets hit it).
-    assert rt_plan.interleave_parallelism(1, remote=False, requested=2) == 1
+    assert _tuning.interleave_parallelism(1, remote=False, requested=2) == 1
 
 
 def test_runtime_cache_decision():
-    assert rt_plan.should_cache_in_memory(100 * MB, 1000 * MB)
-    assert not rt_plan.should_cache_in_memory(600 * MB, 1000 * MB)
+    assert _tuning.should_cache_in_memory(100 * MB, 1000 * MB)
+    assert not _tuning.should_cache_in_memory(600 * MB, 1000 * MB)
 
 
 def test_file_sharding_covers_every_file_once():
     files = [f"f{i}" for i in range(10)]
     counts = list(range(10, 20))
-    plans = [rt_plan.shard_files(files, counts, num_pipelines=3, pipeline_id=i) for i in range(3)]
+    plans = [_tuning.shard_files(files, counts, num_pipelines=3, pipeline_id=i) for i in range(3)]
     assert sorted(sum((list(p.files) for p in plans), [])) == sorted(files)
     assert sum(p.records for p in plans) == sum(counts)
     assert all(p.record_shard is None for p in plans)
 
 
 def test_too_few_files_fall_back_to_record_sharding():
-    plans = [rt_plan.shard_files(["a", "b"], [5, 6], num_pipelines=3, pipeline_id=i) for i in range(3)]
+    plans = [_tuning.shard_files(["a", "b"], [5, 6], num_pipelines=3, pipeline_id=i) for i in range(3)]
     assert [p.record_shard for p in plans] == [(3, 0), (3, 1), (3, 2)]
     assert [p.records for p in plans] == [4, 4, 3]
     with pytest.raises(ValueError, match="out of range"):
-        rt_plan.shard_files(["a"], [1], num_pipelines=2, pipeline_id=2)
+        _tuning.shard_files(["a"], [1], num_pipelines=2, pipeline_id=2)

@@ -111,7 +111,7 @@ def test_a_seed_makes_two_runs_identical_across_epochs(tabular):
 @pytest.mark.parametrize("symbolic", [False, True])
 def test_checkpoint_restores_mid_epoch_to_the_next_element(tabular, tmp_path, symbolic):
     def make():
-        opts = ingest.PipelineOptions(symbolic_checkpoint=symbolic)
+        opts = ingest.ReadOptions(symbolic_checkpoint=symbolic)
         return ingest.make_dataset(tabular, batch_size=10, seed=3, deterministic=True, options=opts)
 
     full = _ids(make())
@@ -220,7 +220,7 @@ def test_not_a_dataset_and_incomplete_dataset_are_refused(tmp_path, tabular):
 
 def test_skip_corrupt_and_symbolic_checkpoints_do_not_mix(tabular):
     with pytest.raises(ValueError, match=r"skip_corrupt=True needs tf.data's ignore_errors.*symbolic_checkpoint=False"):
-        ingest.make_dataset(tabular, batch_size=8, skip_corrupt=True, options=ingest.PipelineOptions(symbolic_checkpoint=True))
+        ingest.make_dataset(tabular, batch_size=8, skip_corrupt=True, options=ingest.ReadOptions(symbolic_checkpoint=True))
 
 
 def test_bad_arguments_fail_before_the_graph_is_built(tabular):
@@ -234,8 +234,8 @@ def test_bad_arguments_fail_before_the_graph_is_built(tabular):
         ingest.make_dataset(tabular, batch_size=8, label="z")
     with pytest.raises(ValueError, match=r"num_epochs must be a positive integer or None"):
         ingest.make_dataset(tabular, batch_size=8, num_epochs=0)
-    with pytest.raises(ValueError, match=r"PipelineOptions.cycle_length must be an integer >= 1 or None \(automatic\), got 0"):
-        ingest.PipelineOptions(cycle_length=0)
+    with pytest.raises(ValueError, match=r"ReadOptions.cycle_length must be an integer >= 1 or None \(automatic\), got 0"):
+        ingest.ReadOptions(cycle_length=0)
 
 
 def test_mirrored_strategy_trains_with_model_fit(tabular):

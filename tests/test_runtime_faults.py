@@ -87,7 +87,7 @@ def test_missing_shard_is_refused_when_building_naming_the_file(copy):
 @pytest.mark.parametrize("symbolic", [False, True])
 def test_shard_deleted_after_building_is_an_error_naming_it(copy, symbolic):
     victim, records = _shard(copy)
-    ds = ingest.make_dataset(copy, batch_size=64, options=ingest.PipelineOptions(symbolic_checkpoint=symbolic))
+    ds = ingest.make_dataset(copy, batch_size=64, options=ingest.ReadOptions(symbolic_checkpoint=symbolic))
     os.remove(victim)
     with pytest.raises(tf.errors.OpError, match=rf"shard {re.escape(victim)} is missing.*{records} records"):
         _finishes(lambda: _ids(ds))
@@ -152,7 +152,7 @@ def test_shard_with_more_records_than_its_metadata_is_an_error_naming_it(copy, s
     with open(victim, "ab") as f:  # the shard's own records again: valid frames, twice as many
         f.write(frames)
     ds = ingest.make_dataset(copy, batch_size=16, skip_corrupt=skip_corrupt, shuffle=False,
-                             options=ingest.PipelineOptions(symbolic_checkpoint=symbolic))
+                             options=ingest.ReadOptions(symbolic_checkpoint=symbolic))
     seen = []
     with pytest.raises(tf.errors.OpError, match=rf"shard {re.escape(victim)} holds more records than its "
                        rf"metadata says.*{records}.*metadata and the shard disagree"):

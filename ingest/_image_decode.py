@@ -1,4 +1,4 @@
-"""Image decode and augmentation inside the tf.data graph.
+"""Image decode and augmentation inside the tf.data graph (the runtime side; `beam_jobs` reads images too).
 
     encoded bytes + per-record seed
       -> training: sample a crop window from the header's shape; JPEG: decode only that
@@ -12,64 +12,18 @@ order in which parallel map calls finish.
 
 from __future__ import annotations
 
-import dataclasses
-
 import tensorflow as tf
 
-__all__ = ["ImageSpec", "make_image_spec", "decode_fn", "finish_fn"]
+from ingest._options import ImageOptions
+
+__all__ = ["decode_fn", "finish_fn"]
 
 _DTYPES = {"uint8": tf.uint8, "float32": tf.float32, "bfloat16": tf.bfloat16}
-IMAGENET_MEAN_STD = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 # Random-resized-crop ranges of the Inception/ResNet recipes (area 8%-100%, aspect 3/4-4/3).
 _AREA_RANGE = (0.08, 1.0)
 _ASPECT_RANGE = (3.0 / 4.0, 4.0 / 3.0)
 _EVAL_CROP_FRACTION = 0.875
 _SCALES = tf.constant([2, 4, 8])  # libjpeg's DCT scaling factors beyond 1
-
-
-@dataclasses.dataclass(frozen=True)
-class ImageSpec:
-    size: tuple  # (height, width)
-    training: bool
-    channels: int
-    dtype: str
-    mean: tuple | None  # in [0, 1] units, per channel; None: no mean/std step
-    std: tuple | None
-    scale: bool  # divide by 255
-
-
-def make_image_spec(image_size, *, training, channels, dtype, normalize) -> ImageSpec:
-    try:
-        height, width = (int(v) for v in image_size)
-    except (TypeError, ValueError):
-        raise ValueError(f"image_size must be (height, width), got {image_size!r}") from None
-    if height < 1 or width < 1:
-        raise ValueError(f"image_size must be positive, got {image_size!r}")
-    if training not in (True, False):
-        raise ValueError(f"training must be True or False, got {training!r}")
-    if channels not in (1, 3):
-        raise ValueError(f"channels must be 1 (grayscale) or 3 (RGB), got {channels!r}")
-    if dtype not in _DTYPES:
-        raise ValueError(f"image_dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
-    if normalize == "default":
-        normalize = None if dtype == "uint8" else "unit"
-    mean = std = None
-    if normalize is None:
-        scale = False
-    elif normalize == "unit":
-        scale = True
-    elif normalize == "imagenet" or (isinstance(normalize, (tuple, list)) and len(normalize) == 2):
-        mean, std = IMAGENET_MEAN_STD if normalize == "imagenet" else normalize
-        mean = tuple(float(v) for v in mean)
-        std = tuple(float(v) for v in std)
-        if len(mean) != channels or len(std) != channels or min(std) <= 0:
-            raise ValueError(f"normalize=(mean, std) needs {channels} values each and positive std, got {normalize!r}")
-        scale = True
-    else:
-        raise ValueError(f"normalize must be None, 'unit', 'imagenet' or (mean, std), got {normalize!r}")
-    if dtype == "uint8" and scale:
-        raise ValueError("image_dtype='uint8' keeps pixel values 0-255: use normalize=None, or a float image_dtype")
-    return ImageSpec((height, width), training, channels, dtype, mean, std, scale)
 
 
 def _random_window(shape, seed):
@@ -97,7 +51,7 @@ def _central_window(shape, target):
     return (shape[0] - ch + 1) // 2, (shape[1] - cw + 1) // 2, ch, cw
 
 
-def decode_fn(spec: ImageSpec, *, all_jpeg: bool = False):
+def decode_fn(spec: ImageOptions, *, all_jpeg: bool = False):
     """(encoded, seed[2]) -> float32 [H, W, C] in 0-255, cropped, resized and (training) flipped.
 
     `all_jpeg` (the metadata says every image is a JPEG) drops the per-image format
@@ -116,7 +70,8 @@ def decode_fn(spec: ImageSpec, *, all_jpeg: bool = False):
             y, x, h, w = window(tf.image.extract_jpeg_shape(encoded), crop_seed)
             # Windows at least 2x, 4x or 8x the output are decoded at that reduced scale by the
             # IDCT itself (libjpeg DCT scaling); the window is given in scaled coordinates.
-            scale = tf.reduce_sum(tf.cast(tf.logical_and(h >= _SCALES * spec.size[0], w >= _SCALES * spec.size[1]), tf.int32))
+            fits = tf.logical_and(h >= _SCALES * spec.size[0], w >= _SCALES * spec.size[1])
+            scale = tf.reduce_sum(tf.cast(fits, tf.int32))
 
             def at(ratio):
                 def decode_scaled():
@@ -153,17 +108,18 @@ def decode_fn(spec: ImageSpec, *, all_jpeg: bool = False):
     return decode
 
 
-def finish_fn(spec: ImageSpec):
+def finish_fn(spec: ImageOptions):
     """Float32 0-255 image(s) -> the requested dtype and normalization."""
     out = _DTYPES[spec.dtype]
+    mean_std = spec.mean_std
 
     def finish(images):
         if spec.dtype == "uint8":
             return tf.cast(tf.clip_by_value(tf.round(images), 0.0, 255.0), tf.uint8)
         if spec.scale:
             images = images * (1.0 / 255.0)
-        if spec.mean is not None:
-            images = (images - tf.constant(spec.mean)) / tf.constant(spec.std)
+        if mean_std is not None:
+            images = (images - tf.constant(mean_std[0])) / tf.constant(mean_std[1])
         return tf.cast(images, out)
 
     return finish

@@ -1,4 +1,7 @@
-"""Pure sizing decisions for the input pipeline: no TensorFlow, no I/O."""
+"""Pure sizing decisions for the runtime input pipeline (`make_dataset`): no TensorFlow, no I/O.
+
+(`beam_jobs._plan` plans the conversion; this module tunes the reading.)
+"""
 
 from __future__ import annotations
 
@@ -12,6 +15,8 @@ __all__ = [
     "interleave_parallelism",
     "shuffle_buffer",
     "should_cache_in_memory",
+    "cache_budget",
+    "cache_target",
     "parse_block",
     "batches",
     "FileShards",
@@ -77,6 +82,27 @@ def batches(records: int, batch_size: int, *, drop_remainder: bool) -> int:
 def should_cache_in_memory(split_bytes: int, budget_bytes: int) -> bool:
     # Cached tensors cost more than their serialized bytes; keep a 2x margin.
     return 2 * split_bytes <= budget_bytes
+
+
+# The cache shares the machine with the model, the trainer and tf.data's own buffers
+# (whose autotune budget is half of RAM): a quarter is what is left to spare.
+CACHE_MEMORY_FRACTION = 4
+
+
+def cache_budget(memory_bytes: int, requested: int | None = None) -> int:
+    """Bytes `cache="auto"` may fill in memory: `requested`, or a quarter of `memory_bytes`."""
+    return requested or memory_bytes // CACHE_MEMORY_FRACTION
+
+
+def cache_target(cache: str | None, *, records_bytes: int, budget_bytes: int) -> str | None:
+    """Where the read records are cached: None (not at all), "memory" or a file path.
+
+    `cache` is make_dataset's argument; "auto" becomes "memory" when `records_bytes` (what
+    this input pipeline reads) fits `budget_bytes`, None otherwise.
+    """
+    if cache == "auto":
+        return "memory" if should_cache_in_memory(records_bytes, budget_bytes) else None
+    return cache
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,109 @@
+"""The parse stage: serialized records -> batches of features, or of decoded images.
+
+Tabular records are batched into large blocks before parsing: parse_example costs much
+less per record on whole blocks (1.3-1.5x cheaper than per-256-record batches), and the
+parsed blocks are re-cut to batch_size. Images are parsed one by one, next to their decode.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import tensorflow as tf
+
+from ingest import _image_decode, _tuning, contract
+
+if TYPE_CHECKING:
+    from ingest._request import Request
+
+__all__ = ["parsed_batches", "decoded_images"]
+
+_TF_DTYPES = {"int64": tf.int64, "float32": tf.float32, "bytes": tf.string}
+
+
+def _parse_spec(f: contract.FeatureSpec):
+    dtype = _TF_DTYPES[f.dtype]
+    default = f.default.encode() if f.dtype == "bytes" and isinstance(f.default, str) else f.default
+    if f.is_scalar:
+        return tf.io.FixedLenFeature([], dtype, default_value=default if f.missing else None)
+    if not f.is_variable_length:
+        (k,) = f.shape
+        return tf.io.FixedLenFeature([k], dtype, default_value=[default] * k if f.missing else None)
+    return tf.io.RaggedFeature(dtype, row_splits_dtype=tf.int64)
+
+
+def _make_parser(req: Request):
+    specs = {}
+    pad = {}
+    for f in req.info.features:
+        if f.name not in req.features:
+            continue
+        specs[f.name] = _parse_spec(f)
+        if f.is_variable_length and (f.name in req.pad_lengths or req.static_shapes):
+            length = req.pad_lengths.get(f.name, f.max_length)
+            pad[f.name] = (int(length), f.default.encode() if f.dtype == "bytes" else f.default)
+    label = req.label
+
+    def parse(serialized):
+        parsed = tf.io.parse_example(serialized, specs)
+        for name, (length, default) in pad.items():
+            # Pads short rows and truncates long ones to a fixed length.
+            parsed[name] = parsed[name].to_tensor(default_value=default, shape=[None, length])
+        return parsed
+
+    def split_label(parsed):
+        parsed = dict(parsed)
+        y = parsed.pop(label)
+        return parsed, y
+
+    return parse, (split_label if label is not None else None)
+
+
+def parsed_batches(ds: tf.data.Dataset, req: Request) -> tf.data.Dataset:
+    """Serialized records -> batches of parsed features (and the label apart, if any)."""
+    # Parse big blocks (cheaper per record), then cut them into the batches asked for.
+    # Symbolic checkpoints cannot hold a rebatch: then parse each batch as it is.
+    opts, batch_size, drop_remainder = req.options, req.batch_size, req.drop_remainder
+    block = batch_size if opts.symbolic_checkpoint else _tuning.parse_block(batch_size, opts.parse_block)
+    parse, split_label = _make_parser(req)
+    ds = ds.batch(block, drop_remainder=drop_remainder and block == batch_size)
+    ds = ds.map(parse, num_parallel_calls=opts.num_parallel_calls or tf.data.AUTOTUNE, deterministic=req.deterministic)
+    if block != batch_size:
+        ds = ds.rebatch(batch_size, drop_remainder=drop_remainder)
+    return ds.map(split_label) if split_label is not None else ds
+
+
+def decoded_images(ds: tf.data.Dataset, req: Request) -> tf.data.Dataset:
+    """Serialized records -> (image, label) batches: parse, decode, augment and finish per image."""
+    parallel = req.options.num_parallel_calls or tf.data.AUTOTUNE
+    encoded_key = req.info.image["feature"]
+    specs = {encoded_key: tf.io.FixedLenFeature([], tf.string)}
+    if req.label is not None:
+        specs[req.label] = _parse_spec(req.info.feature(req.label))
+    # A seed per record, drawn in record order: augmentation is reproducible under a seed.
+    # Under the tf.data service a second source would break splitting: draw seeds in the map.
+    seeds = tf.data.Dataset.random(seed=req.seed).batch(2) if req.service is None else None
+    formats = req.info.image.get("formats") or {}
+    decode = _image_decode.decode_fn(req.image, all_jpeg=set(formats) == {"jpeg"})
+    # Cast and normalize per image: per batch (vectorized) measured the same within noise.
+    finish = _image_decode.finish_fn(req.image)
+    label = req.label
+
+    def decode_record(serialized, record_seed):
+        # Parsed one by one, next to the decode: block parsing (the tabular path) copies
+        # 1024 encoded images three times and measured 7% slower here.
+        parsed = tf.io.parse_single_example(serialized, specs)
+        image = finish(decode(parsed[encoded_key], record_seed))
+        return (image, parsed[label]) if label is not None else image
+
+    if seeds is not None:
+        ds = tf.data.Dataset.zip((ds, seeds)).map(decode_record, num_parallel_calls=parallel,
+                                                  deterministic=req.deterministic)
+    else:
+        ds = ds.map(lambda s: decode_record(s, tf.random.uniform([2], maxval=tf.int64.max, dtype=tf.int64)),
+                    num_parallel_calls=parallel, deterministic=req.deterministic)
+    if req.skip_corrupt:
+        # Images that fail to decode (shards written by other tools) are skipped and logged.
+        ds = ds.ignore_errors(log_warning=True)
+    return ds.batch(req.batch_size, drop_remainder=req.drop_remainder, num_parallel_calls=parallel,
+                    deterministic=req.deterministic)

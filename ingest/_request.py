@@ -1,0 +1,212 @@
+"""One `make_dataset` call, checked and resolved: the only input the graph-building stages read.
+
+Every argument is checked here, before any graph is built or file is read beyond the
+metadata and a directory listing, and every default that depends on something else
+(the label, the features, determinism, the image options) is resolved once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import uuid
+from typing import Callable
+
+import tensorflow as tf
+
+from ingest import _read, _service, contract
+from ingest._info import load_info
+from ingest._options import ImageOptions, ReadOptions
+
+__all__ = ["Request", "build", "image_options"]
+
+_CACHE_MODES = (None, "memory", "auto")
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """What one make_dataset call asked for, checked, with its defaults resolved."""
+
+    info: contract.DatasetInfo
+    path: str  # without a trailing slash
+    split: contract.SplitInfo
+    options: ReadOptions
+    features: tuple  # the features parsed, the label included
+    label: str | None  # split off the features dict when set
+    pad_lengths: dict
+    static_shapes: bool
+    batch_size: int
+    drop_remainder: bool
+    num_epochs: int | None  # None: repeat forever
+    preprocess: Callable | None
+    shuffle: bool
+    seed: int | None
+    deterministic: bool  # resolved: a seed asks for it
+    cache: str | None  # None, "memory", "auto" or a file path
+    image: ImageOptions | None  # set when the dataset's images are decoded
+    skip_corrupt: bool
+    num_pipelines: int = 1
+    pipeline_id: int = 0
+    service: str | None = None  # a tf.data service dispatcher, "grpc://host:port"
+    processing_mode: str = "distributed_epoch"
+
+    @property
+    def checks_counts(self) -> bool:
+        """Whether the graph asserts record and batch counts from the metadata.
+
+        Not when skipping corrupt records (counts fall short by design), nor under the
+        tf.data service, whose workers each see a part: only the client's total is known.
+        """
+        return not self.skip_corrupt and self.service is None
+
+    @property
+    def sharded(self) -> bool:
+        """Whether this pipeline reads a part of the split, one of several input pipelines."""
+        return self.num_pipelines > 1
+
+
+def image_options(image, *, image_size, training, channels, image_dtype, normalize) -> ImageOptions | None:
+    """`image=` or the flat image keywords as one ImageOptions; None when neither asks for images."""
+    flat = {"size": image_size, "training": training, "channels": channels, "dtype": image_dtype}
+    given = {name: value for name, value in flat.items() if value is not None}
+    if not (isinstance(normalize, str) and normalize == "default"):
+        given["normalize"] = normalize
+    if image is not None:
+        if not isinstance(image, ImageOptions):
+            raise ValueError(f"image must be an ingest.ImageOptions, got {type(image).__name__}")
+        if given:
+            keywords = sorted("image_" + k if k in ("size", "dtype") else k for k in given)
+            raise ValueError(
+                f"image options given twice: image={image!r} and the keywords {keywords}. Use one or the other: "
+                "image=ingest.ImageOptions(size=..., training=..., ...) or image_size=..., training=..., ..."
+            )
+        return image
+    if image_size is None:
+        return None  # training/channels/... without a size: nothing asks to decode
+    return ImageOptions(**given)
+
+
+def build(path, *, split: str = "train", options: ReadOptions | None = None, batch_size: int = 1,
+          features=None, label=None, pad_lengths=None, static_shapes: bool = False, drop_remainder: bool = False,
+          num_epochs: int | None = 1, preprocess=None, shuffle: bool = False, seed: int | None = None,
+          deterministic: bool | None = None, cache=None, image: ImageOptions | None = None, raw: bool = False,
+          skip_corrupt: bool = False, num_pipelines: int = 1, pipeline_id: int = 0, service: str | None = None,
+          processing_mode: str = "distributed_epoch") -> Request:
+    """Checks one call's arguments against each other and the dataset's metadata.
+
+    The defaults describe the plainest read: every record once, in file order, unbatched
+    (batches of one). `raw=True` asks for serialized records only, so an image dataset
+    needs no image options.
+    """
+    options = ReadOptions() if options is None else options
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if num_epochs is not None and (isinstance(num_epochs, bool) or not isinstance(num_epochs, int) or num_epochs < 1):
+        raise ValueError(f"num_epochs must be a positive integer or None (repeat forever), got {num_epochs!r}")
+    if preprocess is not None and not callable(preprocess):
+        raise ValueError(f"preprocess must be a callable or None, got {preprocess!r}")
+    if deterministic not in (None, True, False):
+        raise ValueError(f"deterministic must be True, False or None, got {deterministic!r}")
+    if not isinstance(options, ReadOptions):
+        raise ValueError(f"options must be an ingest.ReadOptions, got {type(options).__name__}")
+    if skip_corrupt and options.symbolic_checkpoint:
+        raise ValueError(
+            "skip_corrupt=True needs tf.data's ignore_errors, which symbolic checkpointing does not "
+            "support: use ReadOptions(symbolic_checkpoint=False) or skip_corrupt=False"
+        )
+    if service is not None:
+        if not isinstance(service, str) or not service.strip():
+            raise ValueError(f"service must be a dispatcher address like 'grpc://host:5050', got {service!r}")
+        service = service if "://" in service else "grpc://" + service
+        if processing_mode not in _service.PROCESSING_MODES:
+            raise ValueError(f"processing_mode must be one of {_service.PROCESSING_MODES}, got {processing_mode!r}")
+    if static_shapes and not drop_remainder:
+        raise ValueError("static_shapes=True needs drop_remainder=True, so that the batch dimension is fixed")
+    info = load_info(path)
+    root = str(path).rstrip("/")
+    try:
+        split_info = info.split(split)
+    except KeyError as e:
+        raise ValueError(e.args[0]) from None
+    if split_info.records == 0:
+        others = [f"{s.name} ({s.records} records)" for s in info.splits if s.records]
+        raise ValueError(
+            f"split {split!r} of {path} has no records: the conversion wrote no shard for it (see "
+            f"{contract.METADATA_FILENAME}). Splits with records: {', '.join(others) or 'none'}"
+        )
+    _read.check_shards_exist(root, split_info, skip_corrupt=skip_corrupt)
+    names = [f.name for f in info.features]
+    if label is None:
+        label = info.label
+    elif label is False:
+        label = None
+    elif label not in names:
+        raise ValueError(f"label {label!r} is not a feature of {path}; features: {names}")
+    image = None if raw else _decoded_images(info, path, features, image)
+    if image is not None:
+        selected = [info.image["feature"]] + ([label] if label is not None else [])
+    elif features is None:
+        selected = list(names)
+    else:
+        selected = list(features)
+        unknown = [f for f in selected if f not in names]
+        if unknown:
+            raise ValueError(f"features {unknown} do not exist in {path}; features: {names}")
+        if label is not None and label not in selected:
+            selected.append(label)
+    pad_lengths = dict(pad_lengths or {})
+    for name in pad_lengths:
+        if name not in names:
+            raise ValueError(f"pad_lengths names {name!r}, which is not a feature; features: {names}")
+    if static_shapes:
+        for f in info.features:
+            if f.name in selected and f.is_variable_length and f.name not in pad_lengths and f.max_length is None:
+                raise ValueError(
+                    f"feature {f.name!r} has variable length and no recorded maximum: give "
+                    f"pad_lengths={{{f.name!r}: N}} to use static_shapes=True"
+                )
+    if cache not in _CACHE_MODES:
+        if not isinstance(cache, (str, os.PathLike)):
+            raise ValueError(f"cache must be None, 'memory', 'auto' or a file path, got {cache!r}")
+        cache = os.fspath(cache)
+        _check_writable(cache)
+    if deterministic is None:
+        # Out-of-order delivery is faster; a seed asks for reproducibility.
+        deterministic = seed is not None
+    return Request(
+        info=info, path=root, split=split_info, options=options, features=tuple(selected), label=label,
+        pad_lengths=pad_lengths, static_shapes=bool(static_shapes), batch_size=batch_size,
+        drop_remainder=drop_remainder, num_epochs=num_epochs, preprocess=preprocess, shuffle=shuffle, seed=seed,
+        deterministic=deterministic, cache=cache, image=image, skip_corrupt=skip_corrupt,
+        num_pipelines=num_pipelines, pipeline_id=pipeline_id, service=service, processing_mode=processing_mode,
+    )
+
+
+def _decoded_images(info, path, features, image: ImageOptions | None) -> ImageOptions | None:
+    """The image options the graph decodes with, or None when it yields features as stored."""
+    if not info.image:
+        if image is not None:
+            raise ValueError(f"image options (image= or image_size=) are for image datasets; {path} holds no "
+                             f"images (features: {[f.name for f in info.features]})")
+        return None
+    if features is not None:
+        return None  # raw features asked for by name: no decoding
+    if image is None:
+        raise ValueError(
+            f"{path} is an image dataset: give image_size=(height, width) (or image=ingest.ImageOptions(size=...)) "
+            "to decode and augment its images (training=True|False), or features=[...] to read raw features"
+        )
+    return image
+
+
+def _check_writable(cache_path: str) -> None:
+    parent = os.path.dirname(cache_path) or "."
+    probe = os.path.join(parent, f".ingest-cache-probe-{uuid.uuid4().hex}")
+    try:
+        if not tf.io.gfile.isdir(parent):
+            raise ValueError(f"cache directory {parent} does not exist; create it or pass another cache path")
+        with tf.io.gfile.GFile(probe, "w") as f:
+            f.write("")
+        tf.io.gfile.remove(probe)
+    except tf.errors.OpError as e:
+        raise ValueError(f"cache path {cache_path} is not writable: {e.message}") from e

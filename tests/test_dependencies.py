@@ -1,0 +1,176 @@
+"""The dependency boundary: the conversion (and its Dataflow workers) runs without TensorFlow
+or matplotlib, and what needs them says how to install them.
+
+Each test runs in a fresh interpreter, since this one has TensorFlow loaded. TensorFlow is
+installed here, so "not installed" is faked at the import seam: a None entry in
+sys.modules makes `import tensorflow` raise ModuleNotFoundError(name='tensorflow'), as on a
+machine without it.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import ingest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+HEAVY = ("tensorflow", "matplotlib")
+
+
+def _python(code: str, *, blocked=()) -> subprocess.CompletedProcess:
+    prelude = "import sys\n" + "".join(f"sys.modules[{name!r}] = None\n" for name in blocked)
+    return subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)],
+                          capture_output=True, text=True, cwd=REPO, check=False)
+
+
+def _last_line(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def test_every_conversion_module_imports_without_loading_tensorflow_or_matplotlib():
+    proc = _python("""
+        import importlib, json, pkgutil, sys
+        import beam_jobs
+        modules = ["beam_jobs", "ingest", "ingest.contract"]
+        modules += [m.name for m in pkgutil.walk_packages(beam_jobs.__path__, "beam_jobs.")]
+        for name in modules:
+            importlib.import_module(name)
+        heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "matplotlib"))
+        print(json.dumps({"imported": modules, "heavy": heavy}))
+    """)
+    result = json.loads(_last_line(proc))
+    assert {"beam_jobs.convert", "beam_jobs._pipeline", "beam_jobs.adapters"} <= set(result["imported"])
+    assert result["heavy"] == []
+
+
+def test_conversion_runs_where_tensorflow_and_matplotlib_cannot_be_imported(tmp_path):
+    (tmp_path / "a.csv").write_text("x,y\n1,a\n2,b\n3,c\n")
+    proc = _python(f"""
+        from beam_jobs import convert
+        info = convert.run(["--source", "csv", "--input", {str(tmp_path / "a.csv")!r},
+                            "--output", {str(tmp_path / "out")!r}, "--label", "x"])
+        print(sum(s.records for s in info.splits))
+    """, blocked=HEAVY)
+    assert _last_line(proc) == "3"
+    assert (tmp_path / "out" / "dataset_info.json").exists()
+
+
+def test_import_ingest_without_tensorflow_keeps_the_contract():
+    proc = _python("""
+        import ingest
+        from ingest import contract
+        print(ingest.DatasetInfo is contract.DatasetInfo, ingest.FeatureSpec is contract.FeatureSpec)
+    """, blocked=["tensorflow"])
+    assert _last_line(proc) == "True True"
+
+
+def test_every_public_name_resolves_or_names_the_tf_install_command_without_tensorflow():
+    proc = _python("""
+        import json
+        import ingest
+        out = {}
+        for name in ingest.__all__:
+            try:
+                getattr(ingest, name)
+                out[name] = "ok"
+            except ImportError as e:
+                out[name] = f"{type(e).__name__}: {e}"
+        print(json.dumps(out))
+    """, blocked=["tensorflow"])
+    result = json.loads(_last_line(proc))
+    assert set(result) == set(ingest.__all__)
+    for name, outcome in result.items():
+        # A plain ImportError (not the bare ModuleNotFoundError) that names the call and the command.
+        assert outcome == "ok" or outcome == (f"ImportError: ingest.{name} needs TensorFlow, which is not "
+                                              "installed. Install it with: pip install 'ingest[tf]'"), (name, outcome)
+    assert result["make_dataset"] != "ok" and result["DatasetInfo"] == "ok"
+
+
+def test_from_import_of_make_dataset_without_tensorflow_raises_with_the_install_command():
+    proc = _python("""
+        try:
+            from ingest import make_dataset
+        except ImportError as e:
+            print(type(e).__name__, "|", e, "|", type(e.__cause__).__name__, e.__cause__.name)
+    """, blocked=["tensorflow"])
+    assert _last_line(proc) == ("ImportError | ingest.make_dataset needs TensorFlow, which is not installed. "
+                                "Install it with: pip install 'ingest[tf]' | ModuleNotFoundError tensorflow")
+
+
+def test_calls_that_import_tensorflow_late_name_the_install_command(tmp_path):
+    # diagnose and measure_idle load without TensorFlow (their modules hold pure parts too)
+    # and need it only when called.
+    proc = _python(f"""
+        import ingest
+        for call in (lambda: ingest.diagnose({str(tmp_path)!r}, step_time_ms=10),
+                     lambda: ingest.measure_idle([[1, 2]], step_time_ms=0, warmup_steps=0)):
+            try:
+                call()
+            except ImportError as e:
+                print(e)
+    """, blocked=["tensorflow"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines() == [
+        f"ingest.{name} needs TensorFlow, which is not installed. Install it with: pip install 'ingest[tf]'"
+        for name in ("diagnose", "measure_idle")
+    ]
+
+
+@pytest.mark.parametrize("command", [
+    ["diagnose", "somewhere", "--step_time_ms", "10"],
+    ["service", "dispatcher", "--port", "0"],
+])
+def test_the_ingest_command_without_tensorflow_prints_the_install_command(command):
+    proc = _python(f"""
+        import runpy
+        sys.argv = ["ingest", *{command!r}]
+        runpy.run_module("ingest", run_name="__main__", alter_sys=True)
+    """, blocked=["tensorflow"])
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (f"error: `ingest {command[0]}` needs TensorFlow, which is not installed. "
+                                   "Install it with: pip install 'ingest[tf]'")
+
+
+def test_a_broken_module_inside_ingest_is_not_reported_as_tensorflow_missing():
+    proc = _python("""
+        import ingest
+        try:
+            ingest.make_dataset
+        except ModuleNotFoundError as e:
+            print(type(e).__name__, e.name)
+    """, blocked=["ingest._dataset"])
+    assert _last_line(proc) == "ModuleNotFoundError ingest._dataset"
+
+
+def test_only_tensorflow_itself_counts_as_tensorflow_missing():
+    from ingest._optional import is_missing
+
+    assert is_missing(ModuleNotFoundError(name="tensorflow"), "tensorflow")
+    assert is_missing(ModuleNotFoundError(name="tensorflow.python"), "tensorflow")
+    assert not is_missing(ModuleNotFoundError(name="tensorflow_io"), "tensorflow")
+    assert not is_missing(ModuleNotFoundError(name="absl"), "tensorflow")
+    assert not is_missing(ModuleNotFoundError("no name given"), "tensorflow")
+
+
+@pytest.mark.parametrize("argv", [
+    ["benchmarks.main_job", "--out", "{tmp}/main"],
+    ["benchmarks", "--quick", "--out", "{tmp}/suite", "--workdir", "{tmp}/data"],
+])
+def test_benchmarks_without_matplotlib_stop_before_any_work_with_the_install_command(tmp_path, argv):
+    module, *args = [a.format(tmp=tmp_path) for a in argv]
+    proc = _python(f"""
+        import runpy
+        sys.argv = [{module!r}, *{args!r}]
+        runpy.run_module({module!r}, run_name="__main__", alter_sys=True)
+    """, blocked=["matplotlib"])
+    assert proc.returncode != 0
+    assert ("ImportError: the benchmarks' plots need matplotlib, which is not installed. "
+            "Install it with: pip install 'ingest[plot]'") in proc.stderr
+    assert list(tmp_path.iterdir()) == []  # no corpus generated, nothing converted

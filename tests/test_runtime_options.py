@@ -1,0 +1,201 @@
+"""make_dataset's option objects and request: ImageOptions, ReadOptions (and its old name), the cache decision."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import warnings
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import ingest
+from ingest import _request, _tuning
+from tests.conftest import run_convert, write_text
+
+MB = 2**20
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    """12 JPEGs in two classes, in 2 shards."""
+    root = tmp_path_factory.mktemp("images")
+    rng = np.random.default_rng(0)
+    for i in range(12):
+        folder = root / "in" / ("cat" if i % 2 else "dog")
+        os.makedirs(folder, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (40, 56, 3), dtype=np.uint8), "RGB").save(folder / f"{i}.jpg", "JPEG")
+    run_convert("--source", "images", "--input", root / "in", "--output", root / "ds", "--num_shards", "2")
+    return str(root / "ds")
+
+
+@pytest.fixture(scope="module")
+def tabular(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tabular")
+    src = write_text(root / "in" / "a.csv", "id,x,y\n" + "".join(f"{i},{i / 4},{i % 3}\n" for i in range(100)))
+    run_convert("--source", "csv", "--input", src, "--output", root / "ds", "--label", "y", "--num_shards", "2")
+    return str(root / "ds")
+
+
+def _epoch(ds):
+    images, labels = zip(*((x.numpy(), y.numpy()) for x, y in ds))
+    return np.concatenate(images), np.concatenate(labels)
+
+
+# ImageOptions
+
+def test_image_options_yield_the_same_batches_as_the_flat_keywords(images):
+    flat = ingest.make_dataset(images, batch_size=5, image_size=(16, 24), training=True, channels=1,
+                               image_dtype="bfloat16", normalize=((0.5,), (0.25,)), seed=7)
+    opts = ingest.ImageOptions(size=(16, 24), training=True, channels=1, dtype="bfloat16", normalize=((0.5,), (0.25,)))
+    grouped = ingest.make_dataset(images, batch_size=5, image=opts, seed=7)
+    (x1, y1), (x2, y2) = _epoch(flat), _epoch(grouped)
+    assert x1.shape == (12, 16, 24, 1) and str(x1.dtype) == "bfloat16"
+    np.testing.assert_array_equal(x1.astype(np.float32), x2.astype(np.float32))
+    np.testing.assert_array_equal(y1, y2)
+
+
+def test_image_options_defaults_are_the_flat_keywords_defaults(images):
+    x1, _ = _epoch(ingest.make_dataset(images, batch_size=4, image_size=(8, 8), seed=1))
+    x2, _ = _epoch(ingest.make_dataset(images, batch_size=4, image=ingest.ImageOptions(size=(8, 8)), seed=1))
+    assert x1.dtype == np.float32 and 0.0 <= x1.min() and x1.max() <= 1.0  # float32, "unit"
+    np.testing.assert_array_equal(x1, x2)
+
+
+def test_giving_image_options_both_ways_is_refused_naming_the_keywords(images):
+    opts = ingest.ImageOptions(size=(8, 8))
+    with pytest.raises(ValueError, match=r"image options given twice: .*\['channels', 'training'\].*one or the other"):
+        ingest.make_dataset(images, batch_size=4, image=opts, training=False, channels=3)
+    with pytest.raises(ValueError, match=r"\['image_size'\]"):
+        ingest.make_dataset(images, batch_size=4, image=opts, image_size=(8, 8))
+    with pytest.raises(ValueError, match=r"\['normalize'\]"):
+        ingest.make_dataset(images, batch_size=4, image=opts, normalize=None)
+
+
+def test_image_must_be_image_options_and_only_for_image_datasets(images, tabular):
+    with pytest.raises(ValueError, match=r"image must be an ingest.ImageOptions, got tuple"):
+        ingest.make_dataset(images, batch_size=4, image=(8, 8))
+    with pytest.raises(ValueError, match=r"for image datasets; .* holds no images \(features: \['id', 'x', 'y'\]\)"):
+        ingest.make_dataset(tabular, batch_size=4, image=ingest.ImageOptions(size=(8, 8)))
+    with pytest.raises(ValueError, match=r"is an image dataset: give image_size=\(height, width\) \(or image=ingest"):
+        ingest.make_dataset(images, batch_size=4)
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    (dict(size=(0, 8)), r"image size must be positive, got \(0, 8\)"),
+    (dict(size=224), r"image size must be \(height, width\), got 224"),
+    (dict(size=(8, 8), training="yes"), r"training must be True or False, got 'yes'"),
+    (dict(size=(8, 8), channels=4), r"channels must be 1 \(grayscale\) or 3 \(RGB\), got 4"),
+    (dict(size=(8, 8), dtype="float16"), r"dtype must be one of \['bfloat16', 'float32', 'uint8'\], got 'float16'"),
+    (dict(size=(8, 8), dtype="uint8", normalize="unit"), r"'uint8' keeps pixel values 0-255: use normalize=None"),
+    (dict(size=(8, 8), channels=1, normalize="imagenet"), r"normalize='imagenet' needs channels=3.*got channels=1"),
+    (dict(size=(8, 8), normalize=((0.5,), (0.2,))), r"needs 3 values each and positive std"),
+    (dict(size=(8, 8), normalize=((0.5,) * 3, (0.2, 0.0, 0.2))), r"needs 3 values each and positive std"),
+    (dict(size=(8, 8), normalize=("ab", "cd")), r"normalize=\(mean, std\) needs two sequences of numbers"),
+    (dict(size=(8, 8), normalize="z-score"), r"must be None, 'unit', 'imagenet' or \(mean, std\), got 'z-score'"),
+])
+def test_image_options_check_themselves_when_built(kwargs, error):
+    with pytest.raises(ValueError, match=error):
+        ingest.ImageOptions(**kwargs)
+
+
+def test_image_options_are_frozen_hashable_and_normalize_their_inputs():
+    a = ingest.ImageOptions(size=[np.int64(32), 48], normalize=[[0.5, 0.5, 0.5], [0.25, 0.25, 0.25]])
+    b = ingest.ImageOptions(size=(32, 48), normalize=((0.5,) * 3, (0.25,) * 3))
+    assert a == b and hash(a) == hash(b) and a.size == (32, 48)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.size = (1, 1)
+    # "default" follows the dtype, also after replace(): uint8 stays 0-255, floats go to [0, 1].
+    floats = ingest.ImageOptions(size=(8, 8))
+    assert floats.scale and floats.mean_std is None
+    assert not dataclasses.replace(floats, dtype="uint8").scale
+    assert ingest.ImageOptions(size=(8, 8), normalize="imagenet").mean_std[0] == (0.485, 0.456, 0.406)
+
+
+# ReadOptions and its deprecated name
+
+def test_pipeline_options_is_a_deprecated_name_for_read_options_on_every_use():
+    for _ in range(2):  # not only the first access: the alias is not cached as a module global
+        with pytest.warns(DeprecationWarning, match=r"ingest.PipelineOptions is deprecated: use ingest.ReadOptions"):
+            assert ingest.PipelineOptions is ingest.ReadOptions
+    with pytest.warns(DeprecationWarning, match="PipelineOptions"):
+        from ingest import PipelineOptions
+    assert PipelineOptions(cycle_length=2) == ingest.ReadOptions(cycle_length=2)
+    assert "PipelineOptions" not in ingest.__all__ and {"ReadOptions", "ImageOptions"} <= set(ingest.__all__)
+
+
+def test_the_new_names_do_not_warn():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ingest.ReadOptions(prefetch=0)
+        ingest.ImageOptions(size=(8, 8))
+
+
+def test_read_options_errors_name_the_class_and_field(tabular):
+    with pytest.raises(ValueError, match=r"ReadOptions.shuffle_buffer must be an integer >= 1 or None .*, got -1"):
+        ingest.ReadOptions(shuffle_buffer=-1)
+    with pytest.raises(ValueError, match=r"options must be an ingest.ReadOptions, got dict"):
+        ingest.make_dataset(tabular, batch_size=4, options={"cycle_length": 2})
+
+
+# The request
+
+def test_request_resolves_defaults_once(tabular, images):
+    req = _request.build(tabular, batch_size=8, seed=3, shuffle=True)
+    assert req.label == "y" and req.features == ("id", "x", "y")
+    assert req.deterministic  # a seed asks for reproducibility
+    assert not _request.build(tabular, batch_size=8).deterministic
+    assert req.options == ingest.ReadOptions() and req.path == tabular.rstrip("/")
+    assert _request.build(tabular + "/", label=False).label is None
+    assert _request.build(tabular, features=["x"]).features == ("x", "y")  # the label comes along
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        req.batch_size = 16
+    # Serialized records of an image dataset: nothing to decode, so no image options needed.
+    assert _request.build(images, raw=True).image is None
+    image = _request.build(images, image=ingest.ImageOptions(size=(8, 8)))
+    assert image.image == ingest.ImageOptions(size=(8, 8)) and image.features == ("image/encoded", "image/class/label")
+
+
+def test_request_counts_only_when_every_record_is_expected_here(tabular):
+    assert _request.build(tabular).checks_counts
+    assert not _request.build(tabular, skip_corrupt=True).checks_counts
+    assert not _request.build(tabular, service="localhost:5050").checks_counts
+    assert _request.build(tabular, service="localhost:5050").service == "grpc://localhost:5050"
+    assert _request.build(tabular, num_pipelines=2, pipeline_id=1).sharded
+
+
+def test_request_from_read_records_needs_no_batching_arguments(tabular):
+    from ingest._dataset import read_records
+
+    assert sum(1 for _ in read_records(tabular)) == 100
+
+
+# The cache decision
+
+def test_auto_caches_in_memory_only_with_twice_the_room():
+    # Cached tensors take more memory than their serialized bytes: a 2x margin.
+    assert _tuning.cache_target("auto", records_bytes=400 * MB, budget_bytes=1000 * MB) == "memory"
+    assert _tuning.cache_target("auto", records_bytes=500 * MB, budget_bytes=1000 * MB) == "memory"
+    assert _tuning.cache_target("auto", records_bytes=501 * MB, budget_bytes=1000 * MB) is None
+
+
+def test_explicit_cache_choices_ignore_the_budget():
+    for cache in (None, "memory", "/tmp/cache/records"):
+        assert _tuning.cache_target(cache, records_bytes=10**12, budget_bytes=1) == cache
+        assert _tuning.cache_target(cache, records_bytes=0, budget_bytes=10**12) == cache
+
+
+def test_cache_budget_is_a_quarter_of_memory_unless_given():
+    assert _tuning.cache_budget(16 << 30) == 4 << 30
+    assert _tuning.cache_budget(16 << 30, requested=100 * MB) == 100 * MB
+
+
+def test_auto_cache_over_its_budget_still_yields_every_epoch_and_logs_why(tabular, caplog):
+    opts = ingest.ReadOptions(cache_budget_bytes=1)
+    with caplog.at_level(logging.INFO, logger="ingest._dataset"):
+        ds = ingest.make_dataset(tabular, batch_size=10, cache="auto", shuffle=False, num_epochs=2, options=opts)
+        ids = [int(v) for features, _ in ds for v in features["id"]]
+    assert sorted(ids) == sorted(list(range(100)) * 2)
+    assert "does not fit the 0 MB budget; not caching" in caplog.text
