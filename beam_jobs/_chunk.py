@@ -1,9 +1,9 @@
 """The per-chunk work of a conversion as pure functions (no Beam, no files).
 
-    Chunk (Arrow batch, row numbers, bad rows)
-      -> typed(...)   the source types each column; rows without a label are set aside
-      -> encode_batch TFRecord frames of tf.train.Example, one per good row
-      -> routed(...)  each frame's split and shard, the frames of each shard back to back
+Chunk (Arrow batch, row numbers, bad rows)
+  -> typed(...)   the source types each column; rows without a label are set aside
+  -> encode_batch TFRecord frames of tf.train.Example, one per good row
+  -> routed(...)  each frame's split and shard, the frames of each shard back to back
 """
 
 from __future__ import annotations
@@ -36,8 +36,15 @@ def typed(source, path: str, chunk: _sources.Chunk, types: dict, label: str | No
         labels = cols[source.columns.index(label)][2]
         missing = ~np.asarray(labels.is_valid().to_numpy(zero_copy_only=False), bool)
         for i in np.flatnonzero(missing & ~bad_mask):
-            bad.append(_sources.BadRow(path, int(rows[i]), f"label column {label!r} is missing",
-                                       source.row_text(chunk.batch, i), "missing_label"))
+            bad.append(
+                _sources.BadRow(
+                    path,
+                    int(rows[i]),
+                    f"label column {label!r} is missing",
+                    source.row_text(chunk.batch, i),
+                    "missing_label",
+                )
+            )
         bad_mask = bad_mask | missing
     if bad_mask.any():
         keep = pa.array(~bad_mask)
@@ -69,8 +76,14 @@ def routed(frames: pa.Array, hashes: np.ndarray, routing: Routing, where: tuple,
         s = int(s)
         ids = np.flatnonzero(split_of == s)
         shard_of = _plan.assign_shards(
-            len(ids), routing.num_shards[s], shuffle=routing.shuffle, seed=routing.seed,
-            file_index=file_index, chunk_index=chunk_index, first_record=first_record.get(s, 0), part_index=part,
+            len(ids),
+            routing.num_shards[s],
+            shuffle=routing.shuffle,
+            seed=routing.seed,
+            file_index=file_index,
+            chunk_index=chunk_index,
+            first_record=first_record.get(s, 0),
+            part_index=part,
         )
         if routing.shuffle:
             # Each shard's records leave the chunk in random order, so the commit only
@@ -90,5 +103,8 @@ def key_hashes(keys: pa.Array) -> np.ndarray:
     if not (pa.types.is_binary(keys.type) or pa.types.is_large_binary(keys.type)):
         keys = pc.cast(keys, pa.string())
     value = google_crc32c.value
-    return np.fromiter((value(k or b"") if isinstance(k, bytes) else value((k or "").encode()) for k in keys.to_pylist()),
-                       np.uint32, len(keys))
+    return np.fromiter(
+        (value(k or b"") if isinstance(k, bytes) else value((k or "").encode()) for k in keys.to_pylist()),
+        np.uint32,
+        len(keys),
+    )

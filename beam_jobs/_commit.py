@@ -26,7 +26,15 @@ from apache_beam.io.filesystems import FileSystems
 from beam_jobs._fragments import read_index
 from beam_jobs._tfrecord import TFRecordError, frames_array, frames_data, grouped_frames, offsets_of
 
-__all__ = ["Budget", "choose_strategy", "concatenate", "interleave_runs", "permute_in_memory", "bucket_on_disk", "write_shard"]
+__all__ = [
+    "Budget",
+    "choose_strategy",
+    "concatenate",
+    "interleave_runs",
+    "permute_in_memory",
+    "bucket_on_disk",
+    "write_shard",
+]
 
 _RAW = CompressionTypes.UNCOMPRESSED
 
@@ -199,4 +207,3 @@ def _read_into(src, view: memoryview, path: str) -> None:
         got += n
     if got != len(view):
         raise TFRecordError(f"fragment {path} is truncated: wanted {len(view)} more bytes, got {got}")
-

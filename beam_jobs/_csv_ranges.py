@@ -28,8 +28,16 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-__all__ = ["CsvRange", "RangeScan", "plan_ranges", "scan_range", "decide_ranges", "RangeFile", "DEFAULT_SPLIT_MB",
-           "SplitCsvFiles"]
+__all__ = [
+    "CsvRange",
+    "RangeScan",
+    "plan_ranges",
+    "scan_range",
+    "decide_ranges",
+    "RangeFile",
+    "DEFAULT_SPLIT_MB",
+    "SplitCsvFiles",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +114,9 @@ def decide_ranges(path: str, scans, *, quoted_newlines: bool = False) -> list | 
         if quoted_newlines and scan.inside_quotes[parity] is not None:
             logger.info(
                 "%s has a newline inside a quoted field (byte %d): reading it whole in one worker, not as %d ranges",
-                path, scan.inside_quotes[parity], len(scans),
+                path,
+                scan.inside_quotes[parity],
+                len(scans),
             )
             return None
         ranges.append(CsvRange(index, start, end, newlines))
@@ -181,7 +191,9 @@ class SplitCsvFiles(beam.PTransform):
         self._sizes, self._split_bytes, self._quoted_newlines = sizes, split_bytes, quoted_newlines
 
     def expand(self, files):
-        planned = files | "PlanRanges" >> beam.FlatMap(_plan_ranges, self._sizes, self._split_bytes).with_outputs("scan", main="whole")
+        planned = files | "PlanRanges" >> beam.FlatMap(_plan_ranges, self._sizes, self._split_bytes).with_outputs(
+            "scan", main="whole"
+        )
         decided = (
             planned.scan
             # (file index, path, start, end)

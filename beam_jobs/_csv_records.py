@@ -60,8 +60,18 @@ class RecordReader:
     A record over `max_record_bytes` is set aside (`too_large`) without being held whole.
     """
 
-    def __init__(self, f, *, path: str, delimiter: str, multiline: bool, block_size: int, max_record_bytes: int,
-                 first_line: int = 1, file_start: bool = True):
+    def __init__(
+        self,
+        f,
+        *,
+        path: str,
+        delimiter: str,
+        multiline: bool,
+        block_size: int,
+        max_record_bytes: int,
+        first_line: int = 1,
+        file_start: bool = True,
+    ):
         self._f = f
         self._path = path
         self._delim = delimiter.encode("utf-8")[0]
@@ -82,7 +92,7 @@ class RecordReader:
                 buf += more
                 if len(buf) < len(_BOM) and not eof:
                     continue
-                buf = buf[len(_BOM):] if buf.startswith(_BOM) else buf
+                buf = buf[len(_BOM) :] if buf.startswith(_BOM) else buf
                 self._file_start = False
             else:
                 buf += more
@@ -109,12 +119,17 @@ class RecordReader:
         try:
             return self._f.read(size)
         except (OSError, ValueError, EOFError) as e:  # pyarrow's ArrowInvalid is a ValueError
-            hint = ("the gzip stream is truncated or corrupt; re-create or re-download the file, or leave it out of --input"
-                    if self._path.endswith(".gz") else "re-create or re-download the file, or leave it out of --input")
+            hint = (
+                "the gzip stream is truncated or corrupt; re-create or re-download the file, or leave it out of --input"
+                if self._path.endswith(".gz")
+                else "re-create or re-download the file, or leave it out of --input"
+            )
             lines = self._line - 1 + buf.count(b"\n")
             raise ValueError(f"input file {self._path}: reading failed after line {lines} ({e}): {hint}") from e
 
-    def _records(self, buf: bytes, b: np.ndarray, ends: np.ndarray, unterminated: np.ndarray, lf: np.ndarray) -> Records:
+    def _records(
+        self, buf: bytes, b: np.ndarray, ends: np.ndarray, unterminated: np.ndarray, lf: np.ndarray
+    ) -> Records:
         starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
         sizes = ends - starts
         # Content without the line end: LF, CRLF, a lone CR, or none at the end of the input.
@@ -161,7 +176,7 @@ class RecordReader:
             if ends:
                 size += ends[0]
                 self._line += buf.count(b"\n", 0, ends[0])
-                return BadRecord(line, "too_large", excerpt, size), buf[ends[0]:]
+                return BadRecord(line, "too_large", excerpt, size), buf[ends[0] :]
             if eof:
                 if walker.inside and self._multiline:
                     raise ValueError(self._open_at_eof(open_line))
@@ -176,9 +191,11 @@ class RecordReader:
             buf, lo = buf[keep:] + more, 1 if stop >= 1 else 0
 
     def _open_at_eof(self, line: int) -> str:
-        return (f"input file {self._path}: the quote that opens a field on line {line} is not closed by the end of the "
-                "file (--allow_quoted_newlines lets quoted fields span lines): close it, and write a quote inside a "
-                'quoted field twice ("")')
+        return (
+            f"input file {self._path}: the quote that opens a field on line {line} is not closed by the end of the "
+            "file (--allow_quoted_newlines lets quoted fields span lines): close it, and write a quote inside a "
+            'quoted field twice ("")'
+        )
 
 
 def _scan(b: np.ndarray, delim: int, multiline: bool, eof: bool):
@@ -246,6 +263,7 @@ def _quote_state(b: np.ndarray, lf: np.ndarray, delim: int, multiline: bool):
     if parity_holds and not multiline:
         parity_holds = not (np.diff(before_lf, prepend=0) % 2).any()  # every line ends outside quotes
     if parity_holds:
+
         def parity(x):
             return (before_lf if x is lf else np.searchsorted(odd_runs, x)) % 2 == 1
 

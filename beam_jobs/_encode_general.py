@@ -79,7 +79,11 @@ class Column:
             self.present = np.ones(n, bool)
         else:
             self.present = np.asarray(array.is_valid().to_numpy(zero_copy_only=False), bool)
-        if pa.types.is_list(array.type) or pa.types.is_large_list(array.type) or pa.types.is_fixed_size_list(array.type):
+        if (
+            pa.types.is_list(array.type)
+            or pa.types.is_large_list(array.type)
+            or pa.types.is_fixed_size_list(array.type)
+        ):
             # Rebuild a compact list array so offsets start at 0 and nulls hold no values.
             present_rows = array if self.all_present else array.filter(pa.array(self.present))
             if pa.types.is_fixed_size_list(present_rows.type):

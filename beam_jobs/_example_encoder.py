@@ -188,7 +188,11 @@ class _Slots:
         block = max(1, _CACHE_BYTES // max(width, 1))
         matrix = np.empty((min(block, self.n), width), _U8)
         matrix[:] = template  # constant slots are never written again
-        writes = [(slice(at, at + w), payload[0] if kind == "ragged" else payload) for at, (kind, w, payload, _) in varying if kind != "const"]
+        writes = [
+            (slice(at, at + w), payload[0] if kind == "ragged" else payload)
+            for at, (kind, w, payload, _) in varying
+            if kind != "const"
+        ]
         at = 0
         for lo in range(0, self.n, block):
             hi = min(lo + block, self.n)
@@ -237,8 +241,17 @@ def _slot_column(slots: _Slots, c: Column) -> np.ndarray:
         list_len = 1 + len(varint_bytes(payload)) + payload
         feature_len = 1 + len(varint_bytes(list_len)) + list_len
         entry_len = len(prefix) + len(varint_bytes(feature_len)) + feature_len
-        slots.const(b"\x0a" + varint_bytes(entry_len) + prefix + varint_bytes(feature_len) + b"\x12"
-                    + varint_bytes(list_len) + b"\x0a" + varint_bytes(payload), present)
+        slots.const(
+            b"\x0a"
+            + varint_bytes(entry_len)
+            + prefix
+            + varint_bytes(feature_len)
+            + b"\x12"
+            + varint_bytes(list_len)
+            + b"\x0a"
+            + varint_bytes(payload),
+            present,
+        )
         slots.block(full(c.values.view(_U8).reshape(-1, payload)), present)
         item = 1 + len(varint_bytes(entry_len)) + entry_len
         return np.full(slots.n, item, np.int64) if present is None else item * present
@@ -310,7 +323,9 @@ def encode_batch(columns, num_rows: int, *, framed: bool = False):
         pieces = [frames_array(buf, offsets_of(lengths))] + [items for items, _ in general_items]
         lengths = lengths + sum(item_lengths for _, item_lengths in general_items)
         if framed:
-            pieces.append(frames_array(np.zeros(FOOTER_BYTES * n, _U8), np.arange(n + 1, dtype=np.int64) * FOOTER_BYTES))
+            pieces.append(
+                frames_array(np.zeros(FOOTER_BYTES * n, _U8), np.arange(n + 1, dtype=np.int64) * FOOTER_BYTES)
+            )
             lengths = lengths + FOOTER_BYTES
         joined = pc.binary_join_element_wise(*pieces, pa.scalar(b"", pa.large_binary()))
         offs = np.frombuffer(joined.buffers()[1], np.int64)[joined.offset : joined.offset + n + 1]

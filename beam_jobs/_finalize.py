@@ -57,7 +57,8 @@ def _check_quality(cfg: JobConfig, stats: ConversionStats, quarantine: list) -> 
         raise ConversionError(
             f"{bad} of {total} rows ({bad / total:.3%}) were quarantined ({reasons}), more than "
             f"--max_bad_fraction={cfg.max_bad_fraction}. No dataset was written. The bad rows, with "
-            f"their source and reason, are in {where}. Fix the input, {source.quality_hint()}or raise --max_bad_fraction."
+            f"their source and reason, are in {where}. Fix the input, {source.quality_hint()}"
+            "or raise --max_bad_fraction."
         )
     if total - bad == 0:
         raise ConversionError(
@@ -67,7 +68,9 @@ def _check_quality(cfg: JobConfig, stats: ConversionStats, quarantine: list) -> 
         )
 
 
-def finalize_dataset(_, cfg: JobConfig, shards: list, stats: ConversionStats, quarantine: list, type_counts=None) -> str:
+def finalize_dataset(
+    _, cfg: JobConfig, shards: list, stats: ConversionStats, quarantine: list, type_counts=None
+) -> str:
     """Commits the dataset; safe to run again after a failure at any point (runners retry).
 
     The plan (moves, metadata text, old files) is written to the temp dir once and every

@@ -71,7 +71,7 @@ def list_folder(root: str) -> ImageCorpus:
     prefix = root + "/"
     entries, sizes, skipped = [], [], 0
     for path, size, problem in sorted(found):
-        rel = path[len(prefix):] if path.startswith(prefix) else path
+        rel = path[len(prefix) :] if path.startswith(prefix) else path
         parts = rel.split("/")
         if problem is not None and len(parts) == 1:  # a label folder that cannot be entered
             entries.append(ImageEntry(path=path, name=rel, label=None, problem=("unreadable", problem)))
@@ -84,8 +84,12 @@ def list_folder(root: str) -> ImageCorpus:
         entries.append(ImageEntry(path=path, name=rel, label=parts[0], problem=problem))
         sizes.append(size or 0)
     if skipped:
-        logger.info("skipped %d file(s) or folder(s) under %s that are not <label>/<file> with an image extension %s",
-                    skipped, root, IMAGE_EXTENSIONS)
+        logger.info(
+            "skipped %d file(s) or folder(s) under %s that are not <label>/<file> with an image extension %s",
+            skipped,
+            root,
+            IMAGE_EXTENSIONS,
+        )
     if not entries:
         raise ImageInputError(
             f"no image files found as {root}/<label>/<file> (extensions {', '.join(IMAGE_EXTENSIONS)}); "
@@ -196,9 +200,15 @@ def read_manifest(path: str, *, path_column: str, label_column: str, columns=Non
         p = (p or "").strip()
         full = p if (not p or "://" in p or posixpath.isabs(p)) else FileSystems.join(base, p)
         label = label.strip() if isinstance(label, str) else None
-        entries.append(ImageEntry(path=full or f"{path}:row {i + first_row}", name=p, label=label or None,
-                                  extras=tuple(v[i] for v in extra_values),
-                                  problem=("type", unfit[i]) if i in unfit else None))
+        entries.append(
+            ImageEntry(
+                path=full or f"{path}:row {i + first_row}",
+                name=p,
+                label=label or None,
+                extras=tuple(v[i] for v in extra_values),
+                problem=("type", unfit[i]) if i in unfit else None,
+            )
+        )
     if not entries:
         raise ImageInputError(f"manifest {path} has no rows")
     vocabulary = _sort_labels(e.label for e in entries if e.label)

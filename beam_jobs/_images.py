@@ -21,7 +21,16 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs._sources import BadRow, Chunk
 
-__all__ = ["ImageOptions", "ImageEntry", "BadImage", "prepare_image", "iter_image_chunks", "IMAGE_COLUMNS", "LABEL", "ENCODED"]
+__all__ = [
+    "ImageOptions",
+    "ImageEntry",
+    "BadImage",
+    "prepare_image",
+    "iter_image_chunks",
+    "IMAGE_COLUMNS",
+    "LABEL",
+    "ENCODED",
+]
 
 ENCODED = "image/encoded"
 LABEL = "image/class/label"
@@ -40,8 +49,25 @@ _ORIENTATION = 0x0112  # the EXIF tag
 TF_DECODABLE = ("jpeg", "png", "gif", "bmp", "webp")
 # Pillow's own decompression-bomb threshold (its MAX_IMAGE_PIXELS): ~89 megapixels.
 DEFAULT_MAX_PIXELS = 89_478_485
-_CHANNELS = {"1": 1, "L": 1, "I": 1, "I;16": 1, "I;16B": 1, "I;16L": 1, "F": 1, "LA": 2, "La": 2,
-             "RGB": 3, "YCbCr": 3, "LAB": 3, "HSV": 3, "RGBA": 4, "RGBa": 4, "CMYK": 4, "PA": 4}
+_CHANNELS = {
+    "1": 1,
+    "L": 1,
+    "I": 1,
+    "I;16": 1,
+    "I;16B": 1,
+    "I;16L": 1,
+    "F": 1,
+    "LA": 2,
+    "La": 2,
+    "RGB": 3,
+    "YCbCr": 3,
+    "LAB": 3,
+    "HSV": 3,
+    "RGBA": 4,
+    "RGBa": 4,
+    "CMYK": 4,
+    "PA": 4,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,7 +147,11 @@ def prepare_image(data: bytes, opts: ImageOptions) -> Prepared:
     fmt = (img.format or "").lower()
     width, height = img.size
     if width * height > opts.max_pixels:
-        raise BadImage("too_large", f"{width}x{height} = {width * height:,} pixels is over --max_pixels={opts.max_pixels:,} (a decompression bomb?)")
+        raise BadImage(
+            "too_large",
+            f"{width}x{height} = {width * height:,} pixels is over --max_pixels={opts.max_pixels:,} "
+            "(a decompression bomb?)",
+        )
     needs_resize = opts.max_side is not None and max(width, height) > opts.max_side
     if needs_resize and fmt == "jpeg":
         img.draft("RGB", _fit(width, height, opts.max_side))  # DCT scaling: decodes at 1/2..1/8 directly

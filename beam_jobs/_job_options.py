@@ -45,8 +45,17 @@ class JobOptions:
         except ValueError as e:
             raise ConversionError(str(e)) from e
         return cls(
-            source=args.source, input=args.input, output=args.output.rstrip("/"), splits=splits,
-            split_key=args.split_key, num_shards=args.num_shards, target_shard_mb=args.target_shard_mb,
-            compression=args.compression, max_bad_fraction=args.max_bad_fraction, seed=args.seed,
-            shuffle=args.shuffle, overwrite=args.overwrite, stale_job_hours=args.stale_job_hours,
+            source=args.source,
+            input=args.input,
+            output=args.output.rstrip("/"),
+            splits=splits,
+            split_key=args.split_key,
+            num_shards=args.num_shards,
+            target_shard_mb=args.target_shard_mb,
+            compression=args.compression,
+            max_bad_fraction=args.max_bad_fraction,
+            seed=args.seed,
+            shuffle=args.shuffle,
+            overwrite=args.overwrite,
+            stale_job_hours=args.stale_job_hours,
         )

@@ -85,8 +85,13 @@ class JobMarker:
     @classmethod
     def from_json(cls, text: str) -> "JobMarker":
         d = json.loads(text)
-        return cls(job_id=str(d["job_id"]), started=float(d["started"]), host=str(d["host"]),
-                   pid=int(d["pid"]), state=str(d.get("state", "running")))
+        return cls(
+            job_id=str(d["job_id"]),
+            started=float(d["started"]),
+            host=str(d["host"]),
+            pid=int(d["pid"]),
+            state=str(d.get("state", "running")),
+        )
 
 
 def _pid_alive(pid: int) -> bool:
@@ -162,7 +167,7 @@ def _temp_dirs(output: str, files: list) -> dict:
     prefix = FileSystems.join(output, "")
     dirs: dict = {}
     for path in files:
-        top = path[len(prefix):].split("/", 1)[0]
+        top = path[len(prefix) :].split("/", 1)[0]
         if top.startswith(contract.TEMP_PREFIX):
             dirs.setdefault(prefix + top, []).append(path)
     return dirs
@@ -259,8 +264,11 @@ def _refuse_if_not_first(output: str, temp_dir: str, mine: JobMarker, stale_afte
         if other_dir == temp_dir:
             continue
         other = _marker(other_dir, its_files)
-        if other is not None and other.alive(now=now, stale_after_s=stale_after_s) and \
-                (other.started, other.job_id) < (mine.started, mine.job_id):
+        if (
+            other is not None
+            and other.alive(now=now, stale_after_s=stale_after_s)
+            and (other.started, other.job_id) < (mine.started, mine.job_id)
+        ):
             delete_tree(temp_dir)
             raise OutputError(_busy_message(output, other, other_dir, stale_after_s))
 

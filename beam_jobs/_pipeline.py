@@ -37,9 +37,9 @@ from apache_beam.utils.windowed_value import WindowedValue
 from beam_jobs import _chunk, _commit, _fragments, _typing
 from beam_jobs._background import BackgroundWriter, prefetched
 from beam_jobs._config import JobConfig
-from beam_jobs._stats import ConversionStats
 from beam_jobs._example_encoder import encode_batch
 from beam_jobs._finalize import finalize_dataset
+from beam_jobs._stats import ConversionStats
 from beam_jobs._tfrecord import frames_array
 
 logger = logging.getLogger(__name__)
@@ -126,7 +126,9 @@ class _ConvertFiles(beam.DoFn):
         else:
             hashes = _chunk.key_hashes(done.cols[cfg.columns.index(cfg.split_key)][2])
         added: dict = {}
-        for split, shard, data, lengths in _chunk.routed(frames_array(buf, frame_offsets), hashes, self._routing, where, position):
+        for split, shard, data, lengths in _chunk.routed(
+            frames_array(buf, frame_offsets), hashes, self._routing, where, position
+        ):
             self._fragments.append(split, shard, where, data, lengths)
             added[split] = added.get(split, 0) + len(lengths)
         for split, n in added.items():
@@ -139,7 +141,9 @@ class _ConvertFiles(beam.DoFn):
             return
         if self._quarantine is None:
             self._quarantine_path = f"{self._cfg.tmp_dir}/quarantine/part-{self._bundle}.jsonl"
-            self._quarantine = FileSystems.create(self._quarantine_path, mime_type="application/jsonl", compression_type=CompressionTypes.UNCOMPRESSED)
+            self._quarantine = FileSystems.create(
+                self._quarantine_path, mime_type="application/jsonl", compression_type=CompressionTypes.UNCOMPRESSED
+            )
         lines = "".join(json.dumps(b.to_json(), ensure_ascii=False) + "\n" for b in bad)
         self._quarantine.write(lines.encode("utf-8"))
         self._quarantine_count += len(bad)
@@ -151,14 +155,21 @@ class _ConvertFiles(beam.DoFn):
         if now - self._last_log >= _PROGRESS_EVERY_S:
             self._last_log = now
             rows = self._stats.rows
-            logger.info("converted %d rows in this worker (%.0f rows/s), %d quarantined", rows, rows / (now - self._start), self._stats.bad)
+            logger.info(
+                "converted %d rows in this worker (%.0f rows/s), %d quarantined",
+                rows,
+                rows / (now - self._start),
+                self._stats.bad,
+            )
 
     def finish_bundle(self):
         for f in self._fragments.close():
             yield beam.pvalue.TaggedOutput(self.FRAGMENTS, _in_global_window(f))
         if self._quarantine is not None:
             self._quarantine.close()
-            yield beam.pvalue.TaggedOutput(self.QUARANTINE, _in_global_window({"path": self._quarantine_path, "records": self._quarantine_count}))
+            yield beam.pvalue.TaggedOutput(
+                self.QUARANTINE, _in_global_window({"path": self._quarantine_path, "records": self._quarantine_count})
+            )
         yield beam.pvalue.TaggedOutput(self.STATS, _in_global_window(self._stats))
 
 

@@ -12,7 +12,6 @@ __all__ = [
     "MIN_SHARD_MB",
     "DEFAULT_TARGET_SHARD_MB",
     "plan_num_shards",
-    "estimate_output_bytes",
     "parse_splits",
     "assign_splits",
     "assign_shards",
@@ -88,8 +87,17 @@ def assign_splits(hashes: np.ndarray, fractions: dict) -> np.ndarray:
     return np.searchsorted(edges, mix32(hashes).astype(np.float64), side="right").astype(np.int64)
 
 
-def assign_shards(n: int, num_shards: int, *, shuffle: bool, seed: int, file_index: int, chunk_index: int,
-                  first_record: int, part_index: int = 0) -> np.ndarray:
+def assign_shards(
+    n: int,
+    num_shards: int,
+    *,
+    shuffle: bool,
+    seed: int,
+    file_index: int,
+    chunk_index: int,
+    first_record: int,
+    part_index: int = 0,
+) -> np.ndarray:
     """Shard index for `n` consecutive records of one split within one chunk.
 
     `part_index` is the byte range of a file read in parts (0 for a whole file).

@@ -22,7 +22,17 @@ from apache_beam.io.filesystems import FileSystems
 from beam_jobs._csv_ranges import CsvRange, RangeFile
 from beam_jobs._csv_records import RecordReader, Records
 
-__all__ = ["CsvFormat", "Chunk", "BadRow", "CsvInput", "open_parquet", "read_csv_header", "iter_csv_chunks", "read_parquet_schema", "iter_parquet_chunks"]
+__all__ = [
+    "CsvFormat",
+    "Chunk",
+    "BadRow",
+    "CsvInput",
+    "open_parquet",
+    "read_csv_header",
+    "iter_csv_chunks",
+    "read_parquet_schema",
+    "iter_parquet_chunks",
+]
 
 DEFAULT_NULL_VALUES = ("", "NA", "N/A", "null", "NULL")
 # A CSV record over this many bytes is quarantined (`too_large`), not converted: a worker
@@ -36,14 +46,18 @@ _HEADER_BLOCK = 64 << 10  # read at launch for each file's header
 class CsvFormat:
     delimiter: str = ","
     null_values: tuple = DEFAULT_NULL_VALUES
-    block_size: int = 4 << 20  # bytes per parse block: ~28k rows of a 21-column file; smaller blocks add per-chunk overhead
+    block_size: int = (
+        4 << 20
+    )  # bytes per parse block: ~28k rows of a 21-column file; smaller blocks add per-chunk overhead
     # Quoted fields may span lines (BigQuery's allowQuotedNewlines); off, as there and in
     # Spark, so that one stray quote cannot swallow the rest of a file.
     allow_quoted_newlines: bool = False
 
     def __post_init__(self):
         if len(self.delimiter) != 1 or not self.delimiter.isascii() or self.delimiter in '"\r\n':
-            raise ValueError(f"--delimiter must be one ASCII character other than a quote or line end, got {self.delimiter!r}")
+            raise ValueError(
+                f"--delimiter must be one ASCII character other than a quote or line end, got {self.delimiter!r}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,9 +109,16 @@ class CsvInput:
 
 
 def _record_blocks(f, path: str, fmt: CsvFormat, *, first_line: int = 1, file_start: bool = True, block_size=None):
-    return RecordReader(f, path=path, delimiter=fmt.delimiter, multiline=fmt.allow_quoted_newlines,
-                        block_size=block_size or fmt.block_size, max_record_bytes=MAX_RECORD_BYTES,
-                        first_line=first_line, file_start=file_start)
+    return RecordReader(
+        f,
+        path=path,
+        delimiter=fmt.delimiter,
+        multiline=fmt.allow_quoted_newlines,
+        block_size=block_size or fmt.block_size,
+        max_record_bytes=MAX_RECORD_BYTES,
+        first_line=first_line,
+        file_start=file_start,
+    )
 
 
 def read_csv_header(path: str, fmt: CsvFormat) -> list:
@@ -106,8 +127,10 @@ def read_csv_header(path: str, fmt: CsvFormat) -> list:
         names, line, _ = _read_header(iter(_record_blocks(f, path, fmt, block_size=_HEADER_BLOCK)), path, fmt)
     for i, name in enumerate(names):
         if not name.strip():
-            raise ValueError(f"input file {path}: header column {i + 1} has no name (line {line} reads {names}): "
-                             "name every column in the header line")
+            raise ValueError(
+                f"input file {path}: header column {i + 1} has no name (line {line} reads {names}): "
+                "name every column in the header line"
+            )
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ValueError(f"input file {path} repeats header column(s) {dupes}; column names must be unique")
@@ -134,14 +157,20 @@ def _header_names(record: bytes, path: str, fmt: CsvFormat, line: int) -> list:
     if record.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in record:
         raise ValueError(
             f"input file {path} looks UTF-16 (or UTF-32) encoded: its header holds a UTF-16 byte-order mark or NUL "
-            f"bytes. CSV input must be UTF-8: convert it, e.g. iconv -f UTF-16 -t UTF-8 {path} > utf8.csv")
+            f"bytes. CSV input must be UTF-8: convert it, e.g. iconv -f UTF-16 -t UTF-8 {path} > utf8.csv"
+        )
     data = record if record.endswith((b"\n", b"\r")) else record + b"\n"
     try:
-        table = pacsv.read_csv(pa.py_buffer(data), read_options=pacsv.ReadOptions(use_threads=False, block_size=len(data) + 1),
-                               parse_options=pacsv.ParseOptions(delimiter=fmt.delimiter, newlines_in_values=True))
+        table = pacsv.read_csv(
+            pa.py_buffer(data),
+            read_options=pacsv.ReadOptions(use_threads=False, block_size=len(data) + 1),
+            parse_options=pacsv.ParseOptions(delimiter=fmt.delimiter, newlines_in_values=True),
+        )
     except UnicodeDecodeError as e:
-        raise ValueError(f"input file {path}: its header (line {line}) is not valid UTF-8 ({e}). CSV input must be "
-                         f"UTF-8: convert it, e.g. iconv -f LATIN1 -t UTF-8 {path} > utf8.csv") from e
+        raise ValueError(
+            f"input file {path}: its header (line {line}) is not valid UTF-8 ({e}). CSV input must be "
+            f"UTF-8: convert it, e.g. iconv -f LATIN1 -t UTF-8 {path} > utf8.csv"
+        ) from e
     except pa.ArrowInvalid as e:
         raise ValueError(f"cannot parse the header (line {line}) of CSV file {path}: {e}") from e
     return list(table.schema.names)
@@ -149,7 +178,7 @@ def _header_names(record: bytes, path: str, fmt: CsvFormat, line: int) -> list:
 
 _BAD_RECORD = {
     "unterminated_quote": "opens a quoted field it does not close on that line; a quoted field may only span "
-                          "lines with --allow_quoted_newlines",
+    "lines with --allow_quoted_newlines",
     "too_large": "is larger than a CSV record may be",
 }
 
@@ -157,8 +186,10 @@ _BAD_RECORD = {
 def _bad_record_row(path: str, r) -> BadRow:
     text = r.text.decode("utf-8", "backslashreplace")
     if r.kind == "too_large":
-        reason = (f"line {r.line}: the record holds {r.size:,} bytes, over the {MAX_RECORD_BYTES / 2**20:g} MB "
-                  f"a CSV record may hold; raw holds its first {len(r.text):,} bytes")
+        reason = (
+            f"line {r.line}: the record holds {r.size:,} bytes, over the {MAX_RECORD_BYTES / 2**20:g} MB "
+            f"a CSV record may hold; raw holds its first {len(r.text):,} bytes"
+        )
     else:
         reason = f"line {r.line}: {_BAD_RECORD[r.kind]}"
     return BadRow(path, r.line, reason, text, r.kind)
@@ -179,7 +210,9 @@ def _utf8_bad_rows(col: pa.Array) -> np.ndarray:
         return out
 
 
-def iter_csv_chunks(path: str, header: list, fmt: CsvFormat, columns: list, byte_range: CsvRange | None = None) -> Iterator[Chunk]:
+def iter_csv_chunks(
+    path: str, header: list, fmt: CsvFormat, columns: list, byte_range: CsvRange | None = None
+) -> Iterator[Chunk]:
     """Yields chunks of the selected `columns` as binary (text) arrays.
 
     Without a `byte_range`, or for a file's first range, the file's own header is read
@@ -220,7 +253,9 @@ def _parse_block(block: Records, path: str, header: list, fmt: CsvFormat, column
         table = pacsv.read_csv(
             pa.py_buffer(block.data),
             read_options=pacsv.ReadOptions(use_threads=False, block_size=len(block.data) + 1, column_names=header),
-            parse_options=pacsv.ParseOptions(delimiter=fmt.delimiter, newlines_in_values=True, invalid_row_handler=on_invalid),
+            parse_options=pacsv.ParseOptions(
+                delimiter=fmt.delimiter, newlines_in_values=True, invalid_row_handler=on_invalid
+            ),
             convert_options=pacsv.ConvertOptions(
                 column_types={c: pa.binary() for c in header},
                 null_values=list(fmt.null_values),
@@ -232,12 +267,18 @@ def _parse_block(block: Records, path: str, header: list, fmt: CsvFormat, column
         raise ValueError(f"cannot parse CSV file {path} at lines {block.lines[0]}-{block.lines[-1]}: {e}") from e
     numbers = [number for number, *_ in invalid]
     if None in numbers or table.num_rows + len(invalid) != len(block.lines):
-        raise ValueError(f"cannot number the rows of CSV file {path} at lines {block.lines[0]}-{block.lines[-1]}: "
-                         f"pyarrow read {table.num_rows + len(invalid)} records where {len(block.lines)} were found")
+        raise ValueError(
+            f"cannot number the rows of CSV file {path} at lines {block.lines[0]}-{block.lines[-1]}: "
+            f"pyarrow read {table.num_rows + len(invalid)} records where {len(block.lines)} were found"
+        )
     keep = np.ones(len(block.lines), bool)
     for number, expected, actual, text in invalid:
         keep[number - 1] = False
-        bad.append(BadRow(path, int(block.lines[number - 1]), f"expected {expected} fields, found {actual}", text, "field_count"))
+        bad.append(
+            BadRow(
+                path, int(block.lines[number - 1]), f"expected {expected} fields, found {actual}", text, "field_count"
+            )
+        )
     rows = block.lines[keep]
     batch = pa.RecordBatch.from_arrays([table.column(c).combine_chunks() for c in columns], names=columns)
     undecodable = np.zeros(len(rows), bool)
@@ -245,7 +286,11 @@ def _parse_block(block: Records, path: str, header: list, fmt: CsvFormat, column
         m = _utf8_bad_rows(col)
         if m.any():
             for i in np.flatnonzero(m & ~undecodable):
-                bad.append(BadRow(path, int(rows[i]), f"column {name!r}: text is not valid UTF-8", row_text(batch, i, fmt), "utf8"))
+                bad.append(
+                    BadRow(
+                        path, int(rows[i]), f"column {name!r}: text is not valid UTF-8", row_text(batch, i, fmt), "utf8"
+                    )
+                )
             undecodable |= m
     if undecodable.any():
         batch = batch.filter(pa.array(~undecodable))
@@ -291,12 +336,12 @@ def iter_parquet_chunks(path: str, columns: list, batch_rows: int = 32768) -> It
         try:
             pf = pq.ParquetFile(f)
         except _PARQUET_ERRORS as e:
-            raise ValueError(f"cannot read Parquet file {path}: {e}; re-create or re-download it, or leave it out of --input") from e
+            raise ValueError(
+                f"cannot read Parquet file {path}: {e}; re-create or re-download it, or leave it out of --input"
+            ) from e
         missing = [c for c in columns if c not in pf.schema_arrow.names]
         if missing:
-            raise ValueError(
-                f"input file {path} lacks column(s) {missing}; it has {pf.schema_arrow.names}"
-            )
+            raise ValueError(f"input file {path} lacks column(s) {missing}; it has {pf.schema_arrow.names}")
         next_row = 1
         batches = pf.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False)
         while True:
@@ -328,5 +373,7 @@ def _parquet_damage(pf, path: str, columns: list, next_row: int, batch_rows: int
                         "leave it out of --input, or leave the column out with --columns"
                     )
         first += rows
-    return (f"cannot read Parquet file {path} after row {next_row - 1}: {str(error).rstrip('.')}. If the file is "
-            "damaged, re-create or re-download it, or leave it out of --input")
+    return (
+        f"cannot read Parquet file {path} after row {next_row - 1}: {str(error).rstrip('.')}. If the file is "
+        "damaged, re-create or re-download it, or leave it out of --input"
+    )

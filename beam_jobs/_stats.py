@@ -61,8 +61,12 @@ class ConversionStats:
         for s in many:
             out.rows += s.rows
             out.bad += s.bad
-            for mine, theirs in ((out.split_records, s.split_records), (out.missing, s.missing),
-                                 (out.reasons, s.reasons), (out.counters, s.counters)):
+            for mine, theirs in (
+                (out.split_records, s.split_records),
+                (out.missing, s.missing),
+                (out.reasons, s.reasons),
+                (out.counters, s.counters),
+            ):
                 for k, v in theirs.items():
                     _add(mine, k, v)
             for name, lo in s.min_len.items():

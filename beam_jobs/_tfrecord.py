@@ -8,8 +8,18 @@ import google_crc32c
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["HEADER_BYTES", "FOOTER_BYTES", "frame_headers", "seal_frames", "offsets_of", "frames_array", "frames_data",
-           "grouped_frames", "iter_frames", "TFRecordError"]
+__all__ = [
+    "HEADER_BYTES",
+    "FOOTER_BYTES",
+    "frame_headers",
+    "seal_frames",
+    "offsets_of",
+    "frames_array",
+    "frames_data",
+    "grouped_frames",
+    "iter_frames",
+    "TFRecordError",
+]
 
 HEADER_BYTES = 12  # uint64 length + masked CRC32C of it
 FOOTER_BYTES = 4  # masked CRC32C of the record
@@ -54,7 +64,10 @@ def seal_frames(buf: np.ndarray, frame_offsets: np.ndarray) -> np.ndarray:
     if n == 0:
         return np.zeros(0, np.uint32)
     raw = buf.tobytes()  # google_crc32c takes bytes, not memoryview slices
-    records = map(raw.__getitem__, map(slice, (frame_offsets[:-1] + HEADER_BYTES).tolist(), (frame_offsets[1:] - FOOTER_BYTES).tolist()))
+    records = map(
+        raw.__getitem__,
+        map(slice, (frame_offsets[:-1] + HEADER_BYTES).tolist(), (frame_offsets[1:] - FOOTER_BYTES).tolist()),
+    )
     crcs = np.fromiter(map(google_crc32c.value, records), np.uint32, n)
     footer = mask_crc(crcs).astype("<u4").view(np.uint8).reshape(n, FOOTER_BYTES)
     buf[(frame_offsets[1:] - FOOTER_BYTES)[:, None] + np.arange(FOOTER_BYTES)] = footer
@@ -72,7 +85,9 @@ def frames_array(buf, offsets: np.ndarray) -> pa.Array:
     """The values `buf[offsets[i]:offsets[i+1]]` (frames, or any byte strings) as an Arrow
     binary array, without a copy, so reordering or joining them runs in C++."""
     data = buf if isinstance(buf, pa.Buffer) else pa.py_buffer(buf)
-    return pa.Array.from_buffers(pa.large_binary(), len(offsets) - 1, [None, pa.py_buffer(np.ascontiguousarray(offsets, np.int64)), data])
+    return pa.Array.from_buffers(
+        pa.large_binary(), len(offsets) - 1, [None, pa.py_buffer(np.ascontiguousarray(offsets, np.int64)), data]
+    )
 
 
 def frames_data(frames: pa.Array):

@@ -32,14 +32,23 @@ __all__ = [
 ]
 
 _TYPE_ALIASES = {
-    "int": "int64", "int64": "int64", "integer": "int64",
-    "float": "float32", "float32": "float32", "double": "float32",
-    "string": "bytes", "str": "bytes", "bytes": "bytes", "text": "bytes",
+    "int": "int64",
+    "int64": "int64",
+    "integer": "int64",
+    "float": "float32",
+    "float32": "float32",
+    "double": "float32",
+    "string": "bytes",
+    "str": "bytes",
+    "bytes": "bytes",
+    "text": "bytes",
 }
 # Number syntax, matched against cells trimmed of surrounding whitespace.
 _INT_RE = r"^[+-]?\d+$"
 _FLOAT_RE = r"(?i)^[+-]?((\d+\.?\d*|\.\d+)(e[+-]?\d+)?|inf|infinity|nan)$"
-_INTEGRAL_RE = r"^[+-]?\d+\.0*$"  # an integer with a zero fraction (123.0), as exports of int columns with gaps write them
+_INTEGRAL_RE = (
+    r"^[+-]?\d+\.0*$"  # an integer with a zero fraction (123.0), as exports of int columns with gaps write them
+)
 _LEADING_ZERO_RE = r"^[+-]?0\d"
 _INT64_LIMITS = ("9223372036854775807", "9223372036854775808")  # largest magnitudes: positive, negative
 _FLOAT32_EXACT_BITS = 24  # float32 holds an integer exactly iff its odd part is below 2**24
@@ -64,9 +73,7 @@ def normalize_type(name: str, *, column: str) -> str:
     try:
         return _TYPE_ALIASES[name.strip().lower()]
     except KeyError:
-        raise ValueError(
-            f"column {column!r}: unknown type {name!r}; use one of int64, float32, string"
-        ) from None
+        raise ValueError(f"column {column!r}: unknown type {name!r}; use one of int64, float32, string") from None
 
 
 def count_types(batch: pa.RecordBatch) -> dict:
@@ -131,8 +138,14 @@ def _numbers(cells: pa.Array) -> _Numbers:
     zeros = int(pc.sum(pc.match_substring_regex(int_text, _LEADING_ZERO_RE)).as_py() or 0)
     inexact = _inexact_in_float32(int_values) + _inexact_integral_floats(text, f64, is_num & ~is_int)
     return _Numbers(
-        ints=fits, wide=is_int & ~fits, floats=is_num & ~is_int & ~overflow, overflow=overflow, zeros=zeros,
-        inexact=inexact, int_values=int_values, float_values=_where(is_num & ~overflow, f32),
+        ints=fits,
+        wide=is_int & ~fits,
+        floats=is_num & ~is_int & ~overflow,
+        overflow=overflow,
+        zeros=zeros,
+        inexact=inexact,
+        int_values=int_values,
+        float_values=_where(is_num & ~overflow, f32),
     )
 
 
@@ -155,7 +168,9 @@ def _beyond_float32(text: pa.Array, f32: pa.Array) -> np.ndarray:
     """Cells that float32 made infinite though their text is a finite number."""
     inf = _mask(pc.is_inf(f32))
     if inf.any():
-        literal = _mask(pc.match_substring(text.filter(pa.array(inf)).cast(pa.string()), "n", ignore_case=True))  # inf, infinity
+        literal = _mask(
+            pc.match_substring(text.filter(pa.array(inf)).cast(pa.string()), "n", ignore_case=True)
+        )  # inf, infinity
         inf[np.flatnonzero(inf)[literal]] = False
     return inf
 
@@ -176,7 +191,9 @@ def _inexact_integral_floats(text: pa.Array, f64: pa.Array, floats: np.ndarray) 
     """Integers written with a zero fraction (123.0) that float32 cannot hold exactly."""
     values = f64.to_numpy(zero_copy_only=False)
     with np.errstate(invalid="ignore"):
-        integral = floats & np.isfinite(values) & (values == np.floor(values)) & (np.abs(values) > 1 << _FLOAT32_EXACT_BITS)
+        integral = (
+            floats & np.isfinite(values) & (values == np.floor(values)) & (np.abs(values) > 1 << _FLOAT32_EXACT_BITS)
+        )
     if not integral.any():
         return 0
     candidates = text.filter(pa.array(integral))
@@ -410,15 +427,26 @@ def _decimal_dtype(t: pa.DataType) -> str:
 
 def holds_binary(t: pa.DataType) -> bool:
     """Whether a column of this Arrow type holds binary data (not UTF-8 text), in lists too."""
-    while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) or pa.types.is_dictionary(t):
+    while (
+        pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) or pa.types.is_dictionary(t)
+    ):
         t = t.value_type
-    return pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t) or pa.types.is_binary_view(t)
+    return (
+        pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_fixed_size_binary(t)
+        or pa.types.is_binary_view(t)
+    )
 
 
 def _is_bytes_type(t: pa.DataType) -> bool:
     return (
-        pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
-        or pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t)
+        pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_string_view(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_binary_view(t)
         or pa.types.is_fixed_size_binary(t)
     )
 
@@ -435,7 +463,9 @@ def _scalar_to_canonical(arr: pa.Array, dtype: str, name: str) -> tuple:
         t = arr.type
     if pa.types.is_timestamp(t):
         # Timestamps become int64 microseconds since the Unix epoch (UTC).
-        help_text = _NS_HELP if t.unit == "ns" else "its microseconds overflow int64; leave the column out with --columns"
+        help_text = (
+            _NS_HELP if t.unit == "ns" else "its microseconds overflow int64; leave the column out with --columns"
+        )
         utc = pc.cast(arr, pa.timestamp(t.unit))  # the same instants, without the zone
         return _exact_cast(utc, pa.timestamp("us"), name, help_text).view(pa.int64()), None
     if pa.types.is_date(t):
@@ -483,8 +513,10 @@ def _exact_cast(arr: pa.Array, to: pa.DataType, name: str, help_text: str) -> pa
 def _unfit_reason(name: str, value) -> str:
     if isinstance(value, float):
         return f"column {name!r}: {value!r} is a finite number beyond float32's range (about ±3.4e38)"
-    return (f"column {name!r}: {value} is above int64's maximum {_INT64_MAX}; uint64 values are stored "
-            "as int64 (leave the column out with --columns, or store it in the Parquet file as a string)")
+    return (
+        f"column {name!r}: {value} is above int64's maximum {_INT64_MAX}; uint64 values are stored "
+        "as int64 (leave the column out with --columns, or store it in the Parquet file as a string)"
+    )
 
 
 def canonical_arrow_column(arr: pa.Array, name: str, *, unfit: list | None = None) -> tuple:

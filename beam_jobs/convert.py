@@ -43,24 +43,48 @@ def build_parser() -> argparse.ArgumentParser:
         "(--runner, --direct_running_mode, --project, ...).",
     )
     flag(p, "source", required=True, choices=sorted(ADAPTER_FOR_FORMAT), help="input format")
-    flag(p, "input", required=True, help="file pattern, local or gs:// (e.g. 'data/*.csv', 'gs://b/x-*.parquet'); "
-         "for images: a folder ROOT/<label>/<file>, or a manifest .csv/.parquet")
+    flag(
+        p,
+        "input",
+        required=True,
+        help="file pattern, local or gs:// (e.g. 'data/*.csv', 'gs://b/x-*.parquet'); "
+        "for images: a folder ROOT/<label>/<file>, or a manifest .csv/.parquet",
+    )
     flag(p, "output", required=True, help="dataset directory, local or gs://")
     flag(p, "columns", help="comma-separated columns to keep, in this order (default: all)")
     flag(p, "label", help="the label column (image manifests: default 'label')")
     flag(p, "splits", help="NAME=FRACTION,... (default: everything in 'train')")
     flag(p, "split_key", help="column whose value decides the split (default: the record content)")
     flag(p, "num_shards", type=int, help="shards per split (default: planned from the input size)")
-    flag(p, "target_shard_mb", type=float, default=_plan.DEFAULT_TARGET_SHARD_MB, help="target shard size when planning")
+    flag(
+        p, "target_shard_mb", type=float, default=_plan.DEFAULT_TARGET_SHARD_MB, help="target shard size when planning"
+    )
     flag(p, "compression", default="none", choices=["none", "gzip"])
     flag(p, "max_bad_fraction", type=float, default=0.001, help="fail when more rows than this are quarantined")
     flag(p, "seed", type=int, default=0, help="seed of the record shuffle")
-    p.add_argument("--shuffle", dest="shuffle", action="store_true", default=True, help="shuffle records across shards (default)")
-    p.add_argument("--no_shuffle", "--no-shuffle", "--noshuffle", dest="shuffle", action="store_false", help="keep source order within each shard")
-    p.add_argument("--overwrite", action="store_true", help="replace a dataset already in --output (the old one stays "
-                   "readable until the new metadata is written)")
-    flag(p, "stale_job_hours", type=float, default=_output.DEFAULT_STALE_HOURS,
-         help="a temp dir of a job started on another machine counts as abandoned after this many hours")
+    p.add_argument(
+        "--shuffle", dest="shuffle", action="store_true", default=True, help="shuffle records across shards (default)"
+    )
+    p.add_argument(
+        "--no_shuffle",
+        "--no-shuffle",
+        "--noshuffle",
+        dest="shuffle",
+        action="store_false",
+        help="keep source order within each shard",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a dataset already in --output (the old one stays readable until the new metadata is written)",
+    )
+    flag(
+        p,
+        "stale_job_hours",
+        type=float,
+        default=_output.DEFAULT_STALE_HOURS,
+        help="a temp dir of a job started on another machine counts as abandoned after this many hours",
+    )
     p.add_argument("--verbose", "-v", action="store_true", help="log at DEBUG, with the runner's tracebacks")
     for name, adapter in ADAPTER_FOR_FORMAT.items():
         adapter.add_flags(p.add_argument_group(f"{name} (--source {name})"))
@@ -75,7 +99,9 @@ def _check_source_flags(parser: argparse.ArgumentParser, args) -> None:
             continue
         for action in group._group_actions:
             if getattr(args, action.dest) != action.default:
-                raise ConversionError(f"{action.option_strings[0]} applies to --source {name}, not --source {args.source}")
+                raise ConversionError(
+                    f"{action.option_strings[0]} applies to --source {name}, not --source {args.source}"
+                )
 
 
 def make_config(args, pipeline_options: PipelineOptions | None = None) -> JobConfig:
@@ -86,14 +112,19 @@ def make_config(args, pipeline_options: PipelineOptions | None = None) -> JobCon
     adapter.check_flags(args)
     source = adapter.open(args)
     if opts.split_key is not None and opts.split_key not in source.columns:
-        raise ConversionError(f"--split_key {opts.split_key!r} is not a feature of the records; features: {list(source.columns)}")
+        raise ConversionError(
+            f"--split_key {opts.split_key!r} is not a feature of the records; features: {list(source.columns)}"
+        )
     if opts.num_shards is not None:
         num_shards = tuple(opts.num_shards for _ in opts.splits)
     else:
         estimate = int(source.input_bytes * source.expansion())
-        num_shards = tuple(_plan.plan_num_shards(int(estimate * f), target_shard_mb=opts.target_shard_mb) for _, f in opts.splits)
-    tmp_dir = _output.claim_output(opts.output, overwrite=opts.overwrite, job_id=uuid.uuid4().hex[:12],
-                                   stale_after_s=opts.stale_job_hours * 3600)
+        num_shards = tuple(
+            _plan.plan_num_shards(int(estimate * f), target_shard_mb=opts.target_shard_mb) for _, f in opts.splits
+        )
+    tmp_dir = _output.claim_output(
+        opts.output, overwrite=opts.overwrite, job_id=uuid.uuid4().hex[:12], stale_after_s=opts.stale_job_hours * 3600
+    )
     return JobConfig(
         source=source,
         output=opts.output,
@@ -150,9 +181,13 @@ def run(argv=None) -> contract.DatasetInfo | None:
     cfg = make_config(args, options)
     logger.info(
         "converting %d %s (%.1f MB) into %s: columns %s, splits %s, shards %s",
-        cfg.source.input_count, "images" if cfg.source.unit == "image" else f"{cfg.source_format} file(s)",
-        cfg.source.input_bytes / 2**20, cfg.output,
-        list(cfg.columns), dict(cfg.splits), list(cfg.num_shards),
+        cfg.source.input_count,
+        "images" if cfg.source.unit == "image" else f"{cfg.source_format} file(s)",
+        cfg.source.input_bytes / 2**20,
+        cfg.output,
+        list(cfg.columns),
+        dict(cfg.splits),
+        list(cfg.num_shards),
     )
     start = time.perf_counter()
     try:

@@ -7,8 +7,9 @@ from benchmarks import suite
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks", description=suite.__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=suite.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--quick", action="store_true", help="50k rows and fewer steps: proves the suite runs (< 3 min)")
     p.add_argument("--out", default="bench-out/suite", help="where results.json and the plots go")
     p.add_argument("--workdir", default="bench-out/data", help="generated corpora and datasets (reused)")

@@ -71,8 +71,13 @@ class RssSampler:
 
 def run_child(module: str, *args) -> dict:
     """Runs `python -m module args` and returns the JSON it prints last (own process: own peak RSS)."""
-    out = subprocess.run([sys.executable, "-m", module, *map(str, args)], check=True, capture_output=True, text=True,
-                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    out = subprocess.run(
+        [sys.executable, "-m", module, *map(str, args)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

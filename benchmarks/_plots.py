@@ -16,8 +16,9 @@ def pyplot():
     except ModuleNotFoundError as e:
         if e.name != "matplotlib":
             raise
-        raise ImportError(f"the benchmarks' plots need matplotlib, which is not installed. "
-                          f"Install it with: {PLOT_INSTALL}") from e
+        raise ImportError(
+            f"the benchmarks' plots need matplotlib, which is not installed. Install it with: {PLOT_INSTALL}"
+        ) from e
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

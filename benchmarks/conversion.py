@@ -52,7 +52,9 @@ def job_convert(source: str, input_path: str, out_dir: str, *extra) -> int:
 
     if os.path.exists(out_dir):
         shutil.rmtree(out_dir)
-    info = convert.run(["--source", source, "--input", input_path, "--output", out_dir, "--label", corpus.LABEL, *extra])
+    info = convert.run(
+        ["--source", source, "--input", input_path, "--output", out_dir, "--label", corpus.LABEL, *extra]
+    )
     return info.source["rows"]
 
 
@@ -75,7 +77,10 @@ def _list_batches(parquet_path: str, batch_rows: int) -> list:
     out = []
     for b in pq.ParquetFile(parquet_path).iter_batches(batch_size=batch_rows):
         offsets = pa.array(np.arange(b.num_rows + 1, dtype=np.int32))
-        cols = [pa.ListArray.from_arrays(offsets, c.cast(pa.binary()) if pa.types.is_string(c.type) else c) for c in b.columns]
+        cols = [
+            pa.ListArray.from_arrays(offsets, c.cast(pa.binary()) if pa.types.is_string(c.type) else c)
+            for c in b.columns
+        ]
         out.append(pa.RecordBatch.from_arrays(cols, names=b.schema.names))
     return out
 
@@ -113,7 +118,9 @@ def encoder_rates(parquet_path: str, *, runs: int, batch_rows: int = 32768) -> l
     bytes_per_row = len(encode_record_batch(batches[0])[0]) / batches[0].num_rows
     encoders = {
         "ingest (encode_record_batch)": lambda: sum(len(encode_record_batch(b)[1]) - 1 for b in batches),
-        "ingest, framed as TFRecords (+CRC32C)": lambda: sum(len(encode_record_batch(b, framed=True)[1]) - 1 for b in batches),
+        "ingest, framed as TFRecords (+CRC32C)": lambda: sum(
+            len(encode_record_batch(b, framed=True)[1]) - 1 for b in batches
+        ),
         "protobuf object per row (first batch)": lambda: _protobuf_encode(batches),
     }
     tfx = _tfx_encoder()
@@ -126,11 +133,19 @@ def encoder_rates(parquet_path: str, *, runs: int, batch_rows: int = 32768) -> l
     for _ in range(runs):  # round-robin, so drift hits all alike
         for name, fn in encoders.items():
             rates[name].append(_timed(fn))
-    reference = "tfx-bsl RecordBatchToExamplesEncoder (C++)" if tfx is not None else "protobuf object per row (first batch)"
+    reference = (
+        "tfx-bsl RecordBatchToExamplesEncoder (C++)" if tfx is not None else "protobuf object per row (first batch)"
+    )
     med = {k: statistics.median(v) for k, v in rates.items()}
-    rows = [{"encoder": k, "rows_per_sec": v, "vs_" + ("tfx_bsl" if tfx is not None else "protobuf"): v / med[reference],
-             "bytes_per_row": tfx_bytes if k.startswith("tfx") else bytes_per_row}
-            for k, v in med.items()]
+    rows = [
+        {
+            "encoder": k,
+            "rows_per_sec": v,
+            "vs_" + ("tfx_bsl" if tfx is not None else "protobuf"): v / med[reference],
+            "bytes_per_row": tfx_bytes if k.startswith("tfx") else bytes_per_row,
+        }
+        for k, v in med.items()
+    ]
     if tfx is None:
         print("note: tfx-bsl is not installed (pip install -e '.[bench]'); the TFX comparison is skipped")
     print(f"(encoder rows: {total} in batches of {batch_rows}, one core, median of {runs} runs)")
@@ -144,11 +159,21 @@ def multiprocess_rates(csv_path: str, out_dir: str, *, runs: int) -> list:
     rates = {1: [], 2: []}
     for _ in range(runs):
         for workers in rates:
-            rates[workers].append(_timed(job_convert, "csv", csv_path, out_dir, "--direct_running_mode=multi_processing",
-                                         f"--direct_num_workers={workers}"))
+            rates[workers].append(
+                _timed(
+                    job_convert,
+                    "csv",
+                    csv_path,
+                    out_dir,
+                    "--direct_running_mode=multi_processing",
+                    f"--direct_num_workers={workers}",
+                )
+            )
     one = statistics.median(rates[1])
-    return [{"workers": w, "rows_per_sec": statistics.median(r), "speedup": statistics.median(r) / one, "runs": len(r)}
-            for w, r in rates.items()]
+    return [
+        {"workers": w, "rows_per_sec": statistics.median(r), "speedup": statistics.median(r) / one, "runs": len(r)}
+        for w, r in rates.items()
+    ]
 
 
 def _rss_child(rows: int, workdir: str) -> None:
@@ -167,7 +192,9 @@ def main(argv=None) -> int:
     p.add_argument("--rss_rows", default="100000,1000000", help="corpus sizes for the peak-RSS comparison")
     p.add_argument("--workdir", default="bench-out/data")
     p.add_argument("--out", default="bench-out")
-    p.add_argument("--quick", action="store_true", help="50k rows, 1 run, a 20 MB multi-process CSV, RSS at 20k vs 100k rows")
+    p.add_argument(
+        "--quick", action="store_true", help="50k rows, 1 run, a 20 MB multi-process CSV, RSS at 20k vs 100k rows"
+    )
     p.add_argument("--rss_child", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.rss_child:
@@ -188,7 +215,9 @@ def main(argv=None) -> int:
         rates["job_csv"].append(_timed(job_convert, "csv", csv_path, os.path.join(tmp, "job-csv")))
         rates["job_parquet"].append(_timed(job_convert, "parquet", pq_path, os.path.join(tmp, "job-parquet")))
     med = {k: statistics.median(v) for k, v in rates.items()}
-    results["job"] = [{"converter": k, "rows_per_sec": v, "vs_naive": v / med["naive"], "runs": len(rates[k])} for k, v in med.items()]
+    results["job"] = [
+        {"converter": k, "rows_per_sec": v, "vs_naive": v / med["naive"], "runs": len(rates[k])} for k, v in med.items()
+    ]
 
     if args.mp_gb > 0:
         bytes_per_row = os.path.getsize(csv_path) / args.rows
@@ -200,18 +229,24 @@ def main(argv=None) -> int:
     sizes = [int(x) for x in args.rss_rows.split(",")]
     for n in sizes:
         corpus.ensure_csv(args.workdir, n)
-    results["rss"] = [_measure.run_child("benchmarks.conversion", "--rss_child", n, "--workdir", args.workdir) for n in sizes]
+    results["rss"] = [
+        _measure.run_child("benchmarks.conversion", "--rss_child", n, "--workdir", args.workdir) for n in sizes
+    ]
 
     print("\nEncoder alone: Arrow record batches -> serialized tf.train.Example\n")
     print(_measure.table(results["encoder"], list(results["encoder"][0])))
     print(f"\nConversion of a {args.rows}-row, 21-column corpus (median of {args.runs} runs)\n")
     print(_measure.table(results["job"], ["converter", "rows_per_sec", "vs_naive", "runs"]))
     if "multiprocess" in results:
-        print(f"\nOne {results['multiprocess_csv_mb']:.0f} MB CSV on the multi-process DirectRunner (median of {args.mp_runs} runs)\n")
+        print(
+            f"\nOne {results['multiprocess_csv_mb']:.0f} MB CSV on the multi-process DirectRunner "
+            f"(median of {args.mp_runs} runs)\n"
+        )
         print(_measure.table(results["multiprocess"], ["workers", "rows_per_sec", "speedup", "runs"]))
     print("\nPeak RSS of the conversion job (CSV, DirectRunner, own process)\n")
     print(_measure.table(results["rss"], ["rows", "peak_rss_mb"]))
-    print(f"\nRSS ratio {sizes[-1]} vs {sizes[0]} rows: {results['rss'][-1]['peak_rss_mb'] / results['rss'][0]['peak_rss_mb']:.2f}")
+    ratio = results["rss"][-1]["peak_rss_mb"] / results["rss"][0]["peak_rss_mb"]
+    print(f"\nRSS ratio {sizes[-1]} vs {sizes[0]} rows: {ratio:.2f}")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "conversion.json"), "w") as f:
         json.dump(results, f, indent=2)

@@ -9,8 +9,18 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-__all__ = ["tabular_table", "write_csv", "write_parquet", "ensure_csv", "ensure_parquet", "ensure_dataset",
-           "FLOAT_COLS", "INT_COLS", "STR_COLS", "LABEL"]
+__all__ = [
+    "tabular_table",
+    "write_csv",
+    "write_parquet",
+    "ensure_csv",
+    "ensure_parquet",
+    "ensure_dataset",
+    "FLOAT_COLS",
+    "INT_COLS",
+    "STR_COLS",
+    "LABEL",
+]
 
 FLOAT_COLS = [f"f{i}" for i in range(10)]
 INT_COLS = [f"i{i}" for i in range(5)]
@@ -85,8 +95,21 @@ def ensure_dataset(workdir: str, rows: int, shards: int) -> str:
 
     dataset = os.path.join(workdir, f"ds-{rows}-{shards}")
     if not os.path.exists(os.path.join(dataset, "dataset_info.json")):
-        convert.run(["--source", "csv", "--input", ensure_csv(workdir, rows), "--output", dataset, "--label", LABEL,
-                     "--num_shards", str(shards), "--overwrite"])
+        convert.run(
+            [
+                "--source",
+                "csv",
+                "--input",
+                ensure_csv(workdir, rows),
+                "--output",
+                dataset,
+                "--label",
+                LABEL,
+                "--num_shards",
+                str(shards),
+                "--overwrite",
+            ]
+        )
     return dataset
 
 
@@ -95,7 +118,9 @@ def photo_like(rng, height: int, width: int):
     import numpy as np
     from PIL import Image, ImageDraw
 
-    base = Image.fromarray(rng.integers(0, 256, (6, 8, 3), dtype=np.uint8)).resize((width, height), Image.Resampling.BICUBIC)
+    base = Image.fromarray(rng.integers(0, 256, (6, 8, 3), dtype=np.uint8)).resize(
+        (width, height), Image.Resampling.BICUBIC
+    )
     draw = ImageDraw.Draw(base)
     for _ in range(6):
         x0, y0 = int(rng.integers(0, width)), int(rng.integers(0, height))
@@ -105,8 +130,9 @@ def photo_like(rng, height: int, width: int):
     return Image.fromarray(np.clip(np.asarray(base, np.float32) + texture, 0, 255).astype(np.uint8))
 
 
-def ensure_images(workdir: str, count: int, *, height: int = 375, width: int = 500, classes: int = 10,
-                  quality: int = 90) -> str:
+def ensure_images(
+    workdir: str, count: int, *, height: int = 375, width: int = 500, classes: int = 10, quality: int = 90
+) -> str:
     """`count` JPEGs as root/<class>/<n>.jpg, generated on first use; returns root."""
     import numpy as np
 

@@ -34,7 +34,7 @@ BATCH = 64
 
 def _label_of(path: str) -> int:
     """The class index of corpus.ensure_images' layout: ROOT/classNN/<file>."""
-    return int(os.path.basename(os.path.dirname(path))[len("class"):])
+    return int(os.path.basename(os.path.dirname(path))[len("class") :])
 
 
 def naive_batches(files, rng):
@@ -61,8 +61,14 @@ def hand_written(files):
     def load(path, label):
         image = tf.io.decode_jpeg(tf.io.read_file(path), channels=3)
         begin, size, _ = tf.image.sample_distorted_bounding_box(
-            tf.shape(image), tf.constant([[[0.0, 0.0, 1.0, 1.0]]]), min_object_covered=0.1,
-            aspect_ratio_range=(3 / 4, 4 / 3), area_range=(0.08, 1.0), max_attempts=10, use_image_if_no_bounding_boxes=True)
+            tf.shape(image),
+            tf.constant([[[0.0, 0.0, 1.0, 1.0]]]),
+            min_object_covered=0.1,
+            aspect_ratio_range=(3 / 4, 4 / 3),
+            area_range=(0.08, 1.0),
+            max_attempts=10,
+            use_image_if_no_bounding_boxes=True,
+        )
         image = tf.image.resize(tf.slice(image, begin, size), SIZE)
         return tf.image.random_flip_left_right(image) / 255.0, label
 
@@ -128,20 +134,45 @@ def main(argv=None) -> int:
     for name in corpora:
         # Large images decode ~15x slower: time fewer batches of them.
         scale = 1 if name == "500x375" else 5
-        measured = _input_rates(ingest, files[name], datasets[name], args, warmup=max(1, args.warmup_batches // scale),
-                                batches=max(2, args.batches // scale))
+        measured = _input_rates(
+            ingest,
+            files[name],
+            datasets[name],
+            args,
+            warmup=max(1, args.warmup_batches // scale),
+            batches=max(2, args.batches // scale),
+        )
         rows.extend({"corpus": name, **r} for r in measured)
 
     sized = []
     for name, src in corpora.items():
         in_mb = sum(os.path.getsize(f) for f in files[name]) / 2**20
-        info, seconds = convert_images(src, os.path.join(args.workdir, "images-resized"), "--max_side", "512", "--reencode", "jpeg", "--quality", "90")
+        info, seconds = convert_images(
+            src,
+            os.path.join(args.workdir, "images-resized"),
+            "--max_side",
+            "512",
+            "--reencode",
+            "jpeg",
+            "--quality",
+            "90",
+        )
         out_mb = sum(s.bytes for s in info.splits) / 2**20
-        sized.append({"corpus": name, "images": info.source["rows"], "input_mb": in_mb, "output_mb": out_mb,
-                      "size_ratio": out_mb / in_mb, "images_per_sec": info.source["rows"] / seconds})
+        sized.append(
+            {
+                "corpus": name,
+                "images": info.source["rows"],
+                "input_mb": in_mb,
+                "output_mb": out_mb,
+                "size_ratio": out_mb / in_mb,
+                "images_per_sec": info.source["rows"] / seconds,
+            }
+        )
 
-    print(f"\nImage input: JPEGs q90, {SIZE[0]}x{SIZE[1]} training batches of {BATCH} (random resized crop + flip); "
-          f"steady state, median of {args.runs} runs after a warm-up\n")
+    print(
+        f"\nImage input: JPEGs q90, {SIZE[0]}x{SIZE[1]} training batches of {BATCH} (random resized crop + flip); "
+        f"steady state, median of {args.runs} runs after a warm-up\n"
+    )
     print(_measure.table(rows, ["corpus", "pipeline", "images_per_sec", "vs_naive", "vs_tf_data", "cores_busy"]))
     print("\nConversion, originals kept (images/s): " + ", ".join(f"{k}: {v:,.0f}" for k, v in conversions.items()))
     print("\nConversion with --max_side 512 --reencode jpeg --quality 90\n")
@@ -157,7 +188,9 @@ def _input_rates(ingest, files, dataset, args, *, warmup, batches) -> list:
     competitors = {
         "naive (Pillow loop)": lambda: naive_batches(files, rng),
         "hand-written tf.data": lambda: hand_written(files),
-        "make_dataset": lambda: ingest.make_dataset(dataset, batch_size=BATCH, image_size=SIZE, training=True, num_epochs=None),
+        "make_dataset": lambda: ingest.make_dataset(
+            dataset, batch_size=BATCH, image_size=SIZE, training=True, num_epochs=None
+        ),
     }
     rates = {name: [] for name in competitors}
     busy = {name: [] for name in competitors}
@@ -167,9 +200,17 @@ def _input_rates(ingest, files, dataset, args, *, warmup, batches) -> list:
             rates[name].append(rate)
             busy[name].append(cores)
     med = {k: statistics.median(v) for k, v in rates.items()}
-    return [{"pipeline": name, "images_per_sec": rate, "vs_naive": rate / med["naive (Pillow loop)"],
-             "vs_tf_data": rate / med["hand-written tf.data"], "cores_busy": statistics.median(busy[name]), "runs": rates[name]}
-            for name, rate in med.items()]
+    return [
+        {
+            "pipeline": name,
+            "images_per_sec": rate,
+            "vs_naive": rate / med["naive (Pillow loop)"],
+            "vs_tf_data": rate / med["hand-written tf.data"],
+            "cores_busy": statistics.median(busy[name]),
+            "runs": rates[name],
+        }
+        for name, rate in med.items()
+    ]
 
 
 if __name__ == "__main__":

@@ -44,9 +44,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     _plots.pyplot()  # without matplotlib, stop before the work rather than after it
 
-    from beam_jobs import convert  # imported late: --help stays fast
-
     import ingest
+    from beam_jobs import convert  # imported late: --help stays fast
     from benchmarks import pipelines
 
     csv_path = os.path.join(args.out, "corpus", "data.csv")
@@ -57,8 +56,22 @@ def main(argv=None) -> int:
     if os.path.exists(dataset):
         shutil.rmtree(dataset)
     print(f"converting {csv_path} with Beam's DirectRunner into {dataset}")
-    info = convert.run(["--source", "csv", "--input", csv_path, "--output", dataset, "--label", corpus.LABEL,
-                        "--splits", "train=0.9,eval=0.1", "--num_shards", "8"])
+    info = convert.run(
+        [
+            "--source",
+            "csv",
+            "--input",
+            csv_path,
+            "--output",
+            dataset,
+            "--label",
+            corpus.LABEL,
+            "--splits",
+            "train=0.9,eval=0.1",
+            "--num_shards",
+            "8",
+        ]
+    )
     if info is None:
         raise SystemExit("the conversion did not produce a dataset")
     train = info.split("train").records
@@ -75,19 +88,37 @@ def main(argv=None) -> int:
         "make_dataset": lambda: ingest.make_dataset(dataset, batch_size=args.batch_size, num_epochs=None),
         "naive": lambda: pipelines.naive(dataset, batch_size=args.batch_size).repeat(),
     }
-    reports = {name: ingest.measure_idle(make(), step_time_ms=step_ms, steps=args.steps, warmup_steps=20)
-               for name, make in makers.items()}
-    rows = [{"pipeline": name, "idle_%": 100 * r.idle_fraction, "verdict": r.classification,
-             "examples_per_sec": r.examples_per_sec, "wait_p99_ms": r.wait_percentiles_ms()["p99"]}
-            for name, r in reports.items()]
+    reports = {
+        name: ingest.measure_idle(make(), step_time_ms=step_ms, steps=args.steps, warmup_steps=20)
+        for name, make in makers.items()
+    }
+    rows = [
+        {
+            "pipeline": name,
+            "idle_%": 100 * r.idle_fraction,
+            "verdict": r.classification,
+            "examples_per_sec": r.examples_per_sec,
+            "wait_p99_ms": r.wait_percentiles_ms()["p99"],
+        }
+        for name, r in reports.items()
+    ]
     plot = os.path.join(args.out, "idle.png")
     _plot(reports, plot, step_ms)
     with open(os.path.join(args.out, "report.json"), "w") as f:
-        json.dump({"step_time_ms": step_ms, "per_batch_ms": per_batch_ms,
-                   "pipelines": {k: r.summary() for k, r in reports.items()}}, f, indent=2)
+        json.dump(
+            {
+                "step_time_ms": step_ms,
+                "per_batch_ms": per_batch_ms,
+                "pipelines": {k: r.summary() for k, r in reports.items()},
+            },
+            f,
+            indent=2,
+        )
 
-    print(f"\n{train} training records in {len(info.split('train').shards)} shards; make_dataset delivers a "
-          f"batch of {args.batch_size} every {per_batch_ms:.2f} ms.")
+    print(
+        f"\n{train} training records in {len(info.split('train').shards)} shards; make_dataset delivers a "
+        f"batch of {args.batch_size} every {per_batch_ms:.2f} ms."
+    )
     print(f"A simulated accelerator taking {step_ms:.2f} ms per step, {args.steps} steps after warm-up:\n")
     print(_measure.table(rows, ["pipeline", "idle_%", "verdict", "examples_per_sec", "wait_p99_ms"]))
     print(f"\nPer-step wait timeline: {plot}")

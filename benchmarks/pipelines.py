@@ -39,9 +39,16 @@ def naive(path: str, *, batch_size: int, label: str = "label") -> tf.data.Datase
     return tf.data.TFRecordDataset(shard_files(path)).map(parse_one).batch(batch_size)
 
 
-def best_practice(path: str, *, batch_size: int, label: str = "label", shuffle_buffer: int = 10_000,
-                  cycle_length: int = tf.data.AUTOTUNE, read_buffer_bytes: int | None = None,
-                  cache: bool = False) -> tf.data.Dataset:
+def best_practice(
+    path: str,
+    *,
+    batch_size: int,
+    label: str = "label",
+    shuffle_buffer: int = 10_000,
+    cycle_length: int = tf.data.AUTOTUNE,
+    read_buffer_bytes: int | None = None,
+    cache: bool = False,
+) -> tf.data.Dataset:
     """The TensorFlow guide's advice: parallel interleave, shuffle, batch before a vectorized
     parse_example, AUTOTUNE everywhere, prefetch. With the defaults it is the guide's code
     as written; `tuned_by_hand` sets what an expert tunes after measuring."""
@@ -55,7 +62,9 @@ def best_practice(path: str, *, batch_size: int, label: str = "label", shuffle_b
     files = tf.data.Dataset.from_tensor_slices(shard_files(path)).shuffle(64)
     ds = files.interleave(
         lambda f: tf.data.TFRecordDataset(f, buffer_size=read_buffer_bytes),
-        cycle_length=cycle_length, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False,
+        cycle_length=cycle_length,
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=False,
     )
     if cache:  # the guide: cache before the random work
         ds = ds.cache()
@@ -67,7 +76,9 @@ def best_practice(path: str, *, batch_size: int, label: str = "label", shuffle_b
 def tuned_by_hand(path: str, *, batch_size: int, label: str = "label", cache: bool = False) -> tf.data.Dataset:
     """The guide's pipeline after an expert's measurements on this machine: 4 shards read
     at once (AUTOTUNE picks 2 here) and a 1 MB read buffer (TF's default is 256 KB)."""
-    return best_practice(path, batch_size=batch_size, label=label, cycle_length=4, read_buffer_bytes=1 << 20, cache=cache)
+    return best_practice(
+        path, batch_size=batch_size, label=label, cycle_length=4, read_buffer_bytes=1 << 20, cache=cache
+    )
 
 
 def csv_direct(csv_path: str, *, batch_size: int, label: str = "label") -> tf.data.Dataset:
@@ -80,8 +91,14 @@ def csv_direct(csv_path: str, *, batch_size: int, label: str = "label") -> tf.da
 def parquet_direct(parquet_path: str, *, batch_size: int, label: str = "label") -> tf.data.Dataset:
     """Reading Parquet directly: pyarrow record batches through a Python generator."""
     schema = pq.read_schema(parquet_path)
-    arrow_to_tf = {pa.int64(): tf.int64, pa.int32(): tf.int32, pa.float32(): tf.float32,
-                   pa.float64(): tf.float64, pa.bool_(): tf.bool, pa.string(): tf.string}
+    arrow_to_tf = {
+        pa.int64(): tf.int64,
+        pa.int32(): tf.int32,
+        pa.float32(): tf.float32,
+        pa.float64(): tf.float64,
+        pa.bool_(): tf.bool,
+        pa.string(): tf.string,
+    }
     dtypes = {f.name: arrow_to_tf[f.type] for f in schema}
 
     def batches():

@@ -45,13 +45,15 @@ def compare(path: str, *, batch_size: int, epochs: int, naive_epochs: int) -> li
     best_by_hand = max(med["best_practice"], med["tuned_by_hand"])
     rows = []
     for name in makers:
-        rows.append({
-            "pipeline": name,
-            "examples_per_sec": med[name],
-            "vs_best_by_hand": med[name] / best_by_hand,
-            "vs_naive": med[name] / med["naive"],
-            "epochs": len(rates[name]),
-        })
+        rows.append(
+            {
+                "pipeline": name,
+                "examples_per_sec": med[name],
+                "vs_best_by_hand": med[name] / best_by_hand,
+                "vs_naive": med[name] / med["naive"],
+                "epochs": len(rates[name]),
+            }
+        )
     return rows
 
 
@@ -85,11 +87,21 @@ def main(argv=None) -> int:
     path = corpus.ensure_dataset(args.workdir, args.rows, args.shards)
     rows = compare(path, batch_size=args.batch_size, epochs=args.epochs, naive_epochs=args.naive_epochs)
     for r in rows:
-        child = _measure.run_child("benchmarks.runtime", "--rss_child", path, r["pipeline"], "--batch_size", args.batch_size)
+        child = _measure.run_child(
+            "benchmarks.runtime", "--rss_child", path, r["pipeline"], "--batch_size", args.batch_size
+        )
         r["peak_rss_mb"] = child["peak_rss_mb"]
         r["rss_growth_mb"] = child["iteration_rss_growth_mb"]
-    print(f"\nRuntime throughput, {args.rows} rows in {args.shards} shards, batch {args.batch_size}, median of epochs after warm-up\n")
-    print(_measure.table(rows, ["pipeline", "examples_per_sec", "vs_best_by_hand", "vs_naive", "epochs", "peak_rss_mb", "rss_growth_mb"]))
+    print(
+        f"\nRuntime throughput, {args.rows} rows in {args.shards} shards, batch {args.batch_size}, "
+        "median of epochs after warm-up\n"
+    )
+    print(
+        _measure.table(
+            rows,
+            ["pipeline", "examples_per_sec", "vs_best_by_hand", "vs_naive", "epochs", "peak_rss_mb", "rss_growth_mb"],
+        )
+    )
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "runtime.json"), "w") as f:
         json.dump(rows, f, indent=2)

@@ -67,13 +67,18 @@ def unavailable_reason() -> str | None:
 def mounted(source: str, mountpoint: str, latency_ms: float, *, timeout_s: float = 20.0):
     """Mounts the slow mirror for the duration of the block; always unmounts."""
     os.makedirs(mountpoint, exist_ok=True)
-    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.slowfs", source, mountpoint, str(latency_ms)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.slowfs", source, mountpoint, str(latency_ms)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + timeout_s
         while not os.path.ismount(mountpoint):
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"slow filesystem did not mount at {mountpoint}: {proc.stderr.read().decode()[-500:]}")
+                raise RuntimeError(
+                    f"slow filesystem did not mount at {mountpoint}: {proc.stderr.read().decode()[-500:]}"
+                )
             time.sleep(0.05)
         yield mountpoint
     finally:

@@ -39,15 +39,27 @@ class SuiteData:
 
 
 def prepare(workdir: str, rows: int) -> SuiteData:
-    return SuiteData(corpus.ensure_dataset(workdir, rows, 16), corpus.ensure_csv(workdir, rows),
-                     corpus.ensure_parquet(workdir, rows), rows)
+    return SuiteData(
+        corpus.ensure_dataset(workdir, rows, 16),
+        corpus.ensure_csv(workdir, rows),
+        corpus.ensure_parquet(workdir, rows),
+        rows,
+    )
 
 
 def _record(scenario: str, pipeline: str, report) -> dict:
     s = report.summary()
-    return {"scenario": scenario, "pipeline": pipeline, "idle_fraction": s["idle_fraction"],
-            "examples_per_sec": s["examples_per_sec"], "step_time_ms": s["step_time_ms"], "steps": s["steps"],
-            "classification": s["classification"], "wait_p99_ms": s["wait_p99_ms"], "warmup_wait_s": s["warmup_wait_s"]}
+    return {
+        "scenario": scenario,
+        "pipeline": pipeline,
+        "idle_fraction": s["idle_fraction"],
+        "examples_per_sec": s["examples_per_sec"],
+        "step_time_ms": s["step_time_ms"],
+        "steps": s["steps"],
+        "classification": s["classification"],
+        "wait_p99_ms": s["wait_p99_ms"],
+        "warmup_wait_s": s["warmup_wait_s"],
+    }
 
 
 def _tail(report, start: int):
@@ -136,8 +148,10 @@ def _images(workdir: str, *, quick: bool) -> list:
         "hand_written": lambda: images.hand_written(files),
         "make_dataset": ours,
     }
-    return [_record("images", name, ingest.measure_idle(make(), step_time_ms=step_ms, steps=steps, warmup_steps=10))
-            for name, make in makers.items()]
+    return [
+        _record("images", name, ingest.measure_idle(make(), step_time_ms=step_ms, steps=steps, warmup_steps=10))
+        for name, make in makers.items()
+    ]
 
 
 SLOW_READ_MS = 20  # per read request: object-storage first-byte latency
@@ -162,11 +176,17 @@ def _slow_storage(data: SuiteData, step_ms: float, steps: int, out: str) -> list
             name = f"make_dataset cycle_length={width}" + (f" num_parallel_calls={calls}" if calls else "")
             rows.append(_record("slow_storage", name, report))
         for name, make in (("best_practice", pipelines.best_practice), ("tuned_by_hand", pipelines.tuned_by_hand)):
-            report = ingest.measure_idle(make(mnt, batch_size=BATCH).repeat(), step_time_ms=step_ms, steps=steps, warmup_steps=20)
+            report = ingest.measure_idle(
+                make(mnt, batch_size=BATCH).repeat(), step_time_ms=step_ms, steps=steps, warmup_steps=20
+            )
             rows.append(_record("slow_storage", name, report))
         # make_dataset with its defaults, for the comparison with the hand-written ones.
-        report = ingest.measure_idle(ingest.make_dataset(mnt, batch_size=BATCH, num_epochs=None),
-                                     step_time_ms=step_ms, steps=steps, warmup_steps=20)
+        report = ingest.measure_idle(
+            ingest.make_dataset(mnt, batch_size=BATCH, num_epochs=None),
+            step_time_ms=step_ms,
+            steps=steps,
+            warmup_steps=20,
+        )
         rows.append(_record("slow_storage", "make_dataset", report))
     return rows
 
@@ -176,8 +196,20 @@ def _draw(results: list, timelines: dict, out: str, step_ms: float) -> None:
     results = [r for r in results if "idle_fraction" in r]
     fig, ax = plt.subplots(figsize=(10, 4.5))
     labels = [f"{r['scenario']}\n{r['pipeline']}" for r in results]
-    bars = ax.bar(range(len(results)), [100 * r["idle_fraction"] for r in results],
-                  color=[{"prefetch": "tab:gray", "formats": "tab:blue", "slow_storage": "tab:orange", "cache": "tab:green", "images": "tab:purple"}[r["scenario"]] for r in results])
+    bars = ax.bar(
+        range(len(results)),
+        [100 * r["idle_fraction"] for r in results],
+        color=[
+            {
+                "prefetch": "tab:gray",
+                "formats": "tab:blue",
+                "slow_storage": "tab:orange",
+                "cache": "tab:green",
+                "images": "tab:purple",
+            }[r["scenario"]]
+            for r in results
+        ],
+    )
     ax.bar_label(bars, fmt="%.1f%%", fontsize=8)  # zero-height bars still show their value
     ax.set_xticks(range(len(results)), labels, rotation=60, ha="right", fontsize=8)
     ax.set_ylabel("accelerator idle (% of step time)")
@@ -200,8 +232,13 @@ def _draw(results: list, timelines: dict, out: str, step_ms: float) -> None:
 
 
 def table(results: list) -> str:
-    rows = [{**r, "idle_%": 100 * r["idle_fraction"]} if "idle_fraction" in r else {**r, "classification": r["reason"]} for r in results]
-    return _measure.table(rows, ["scenario", "pipeline", "idle_%", "classification", "examples_per_sec", "step_time_ms", "steps"])
+    rows = [
+        {**r, "idle_%": 100 * r["idle_fraction"]} if "idle_fraction" in r else {**r, "classification": r["reason"]}
+        for r in results
+    ]
+    return _measure.table(
+        rows, ["scenario", "pipeline", "idle_%", "classification", "examples_per_sec", "step_time_ms", "steps"]
+    )
 
 
 def verdicts(results: list) -> str:
@@ -214,6 +251,8 @@ def verdicts(results: list) -> str:
             continue
         ours, best = rows["make_dataset"]["idle_fraction"], min(hand)
         ok = ours <= best + 0.005  # half a percentage point: the noise floor of these runs
-        lines.append(f"{scenario}: make_dataset {100 * ours:.2f}% idle vs best hand-written {100 * best:.2f}%"
-                     f" -> {'ok' if ok else 'WORSE'}")
+        lines.append(
+            f"{scenario}: make_dataset {100 * ours:.2f}% idle vs best hand-written {100 * best:.2f}%"
+            f" -> {'ok' if ok else 'WORSE'}"
+        )
     return "\n".join(lines)

@@ -28,8 +28,11 @@ def records(table):
 
 @pytest.fixture(scope="module")
 def spec():
-    types = {**{c: tf.float32 for c in corpus.FLOAT_COLS}, **{c: tf.int64 for c in corpus.INT_COLS + [corpus.LABEL]},
-             **{c: tf.string for c in corpus.STR_COLS}}
+    types = {
+        **{c: tf.float32 for c in corpus.FLOAT_COLS},
+        **{c: tf.int64 for c in corpus.INT_COLS + [corpus.LABEL]},
+        **{c: tf.string for c in corpus.STR_COLS},
+    }
     return {name: tf.io.FixedLenFeature([], dtype) for name, dtype in types.items()}
 
 
@@ -66,8 +69,11 @@ def test_parse_vectorized_batch(benchmark, records, spec):
 
 def test_parse_per_record_baseline(benchmark, records, spec):
     batch = tf.constant(records[:1024])
-    parse = tf.function(lambda b: tf.map_fn(lambda r: tf.io.parse_single_example(r, spec), b,
-                                            fn_output_signature={k: v.dtype for k, v in spec.items()}))
+    parse = tf.function(
+        lambda b: tf.map_fn(
+            lambda r: tf.io.parse_single_example(r, spec), b, fn_output_signature={k: v.dtype for k, v in spec.items()}
+        )
+    )
     benchmark.extra_info["rows"] = 1024
     benchmark(parse, batch)
 
@@ -81,7 +87,18 @@ def test_conversion_job_rows(benchmark, tmp_path_factory):
     runs = iter(range(100))
 
     def convert_once():
-        convert.run(["--source", "csv", "--input", csv_path, "--output", str(root / f"out-{next(runs)}"), "--label", corpus.LABEL])
+        convert.run(
+            [
+                "--source",
+                "csv",
+                "--input",
+                csv_path,
+                "--output",
+                str(root / f"out-{next(runs)}"),
+                "--label",
+                corpus.LABEL,
+            ]
+        )
 
     benchmark.extra_info["rows"] = 20_000
     benchmark.pedantic(convert_once, rounds=3, iterations=1)

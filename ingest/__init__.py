@@ -56,8 +56,11 @@ _DEPRECATED = {"PipelineOptions": "ReadOptions"}
 def __getattr__(name):
     if name in _DEPRECATED:
         new = _DEPRECATED[name]
-        warnings.warn(f"ingest.{name} is deprecated: use ingest.{new}, the same class under a new name",
-                      DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"ingest.{name} is deprecated: use ingest.{new}, the same class under a new name",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return __getattr__(new)
     if name in _LAZY:
         try:

@@ -1,8 +1,8 @@
 """The `ingest` command line.
 
-    python -m ingest diagnose PATH --step_time_ms T
-    python -m ingest service dispatcher --port 5050
-    python -m ingest service worker --dispatcher grpc://HOST:5050 [--port 5051]
+python -m ingest diagnose PATH --step_time_ms T
+python -m ingest service dispatcher --port 5050
+python -m ingest service worker --dispatcher grpc://HOST:5050 [--port 5051]
 """
 
 from __future__ import annotations
@@ -43,8 +43,9 @@ def main(argv=None) -> int:
     d = sub.add_parser("diagnose", help="name the stage that bounds the input pipeline and the fix")
     d.add_argument("path", help="a converted dataset (local or gs://)")
     demand = d.add_mutually_exclusive_group(required=True)
-    demand.add_argument("--step_time_ms", "--step-time-ms", type=float,
-                        help="the model's time per training step, e.g. from a profile")
+    demand.add_argument(
+        "--step_time_ms", "--step-time-ms", type=float, help="the model's time per training step, e.g. from a profile"
+    )
     demand.add_argument("--model", help="a saved Keras model (.keras): its train step is timed on real batches")
     d.add_argument("--batch_size", "--batch-size", type=int, default=256)
     d.add_argument("--split", default="train")
@@ -54,15 +55,32 @@ def main(argv=None) -> int:
     roles = svc.add_subparsers(dest="role", required=True)
     disp = roles.add_parser("dispatcher", help="hands out work and tracks workers")
     disp.add_argument("--port", type=int, required=True)
-    disp.add_argument("--work_dir", "--work-dir", help="journal directory (local or gs://); needed with --fault_tolerant")
-    disp.add_argument("--fault_tolerant", "--fault-tolerant", action="store_true", help="recover state from --work_dir after a restart")
-    disp.add_argument("--worker_timeout_ms", "--worker-timeout-ms", type=int, help="declare a silent worker dead after this long")
+    disp.add_argument(
+        "--work_dir", "--work-dir", help="journal directory (local or gs://); needed with --fault_tolerant"
+    )
+    disp.add_argument(
+        "--fault_tolerant",
+        "--fault-tolerant",
+        action="store_true",
+        help="recover state from --work_dir after a restart",
+    )
+    disp.add_argument(
+        "--worker_timeout_ms", "--worker-timeout-ms", type=int, help="declare a silent worker dead after this long"
+    )
     work = roles.add_parser("worker", help="runs input pipelines for the dispatcher's jobs")
     work.add_argument("--dispatcher", required=True, help="HOST:PORT or grpc://HOST:PORT")
     work.add_argument("--port", type=int, default=0, help="0 picks a free port")
-    work.add_argument("--worker_address", "--worker-address", help="HOST:%%port% trainers use to reach this worker (default localhost:%%port%)")
-    work.add_argument("--heartbeat_interval_ms", "--heartbeat-interval-ms", type=int,
-                      help="how often to report to the dispatcher; keep well under its --worker_timeout_ms")
+    work.add_argument(
+        "--worker_address",
+        "--worker-address",
+        help="HOST:%%port% trainers use to reach this worker (default localhost:%%port%)",
+    )
+    work.add_argument(
+        "--heartbeat_interval_ms",
+        "--heartbeat-interval-ms",
+        type=int,
+        help="how often to report to the dispatcher; keep well under its --worker_timeout_ms",
+    )
     args = p.parse_args(argv)
     try:
         _optional.tensorflow(f"`ingest {args.command}`")
@@ -77,10 +95,18 @@ def main(argv=None) -> int:
     fn = _load_callable(args.preprocess) if args.preprocess else None
     try:
         if args.model:
-            args.step_time_ms = model_step_time_ms(args.model, args.path, batch_size=args.batch_size, split=args.split, preprocess=fn)
+            args.step_time_ms = model_step_time_ms(
+                args.model, args.path, batch_size=args.batch_size, split=args.split, preprocess=fn
+            )
             print(f"train step of {args.model}: {args.step_time_ms:.2f} ms (median of 20 steps after 5 warm-up)")
-        result = diagnose(args.path, step_time_ms=args.step_time_ms, batch_size=args.batch_size, split=args.split,
-                          preprocess=fn, max_records=args.max_records)
+        result = diagnose(
+            args.path,
+            step_time_ms=args.step_time_ms,
+            batch_size=args.batch_size,
+            split=args.split,
+            preprocess=fn,
+            max_records=args.max_records,
+        )
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -95,11 +121,19 @@ def _service(args) -> int:
         if args.fault_tolerant and not args.work_dir:
             print("error: --fault_tolerant needs --work_dir to journal into", file=sys.stderr)
             return 1
-        _service.run_dispatcher(port=args.port, work_dir=args.work_dir, fault_tolerant=args.fault_tolerant,
-                                worker_timeout_ms=args.worker_timeout_ms)
+        _service.run_dispatcher(
+            port=args.port,
+            work_dir=args.work_dir,
+            fault_tolerant=args.fault_tolerant,
+            worker_timeout_ms=args.worker_timeout_ms,
+        )
     else:
-        _service.run_worker(dispatcher=args.dispatcher, port=args.port, worker_address=args.worker_address,
-                            heartbeat_interval_ms=args.heartbeat_interval_ms)
+        _service.run_worker(
+            dispatcher=args.dispatcher,
+            port=args.port,
+            worker_address=args.worker_address,
+            heartbeat_interval_ms=args.heartbeat_interval_ms,
+        )
     return 0
 
 

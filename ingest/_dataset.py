@@ -143,22 +143,44 @@ def make_dataset(
         skipping, no service), prefetching, with tuned `tf.data.Options`.
     """
     req = _request.build(
-        path, split=split, options=options, batch_size=batch_size, features=features, label=label,
-        pad_lengths=pad_lengths, static_shapes=static_shapes, drop_remainder=drop_remainder,
-        num_epochs=num_epochs, preprocess=preprocess, shuffle=shuffle, seed=seed, deterministic=deterministic,
-        cache=cache, skip_corrupt=skip_corrupt,
-        image=_request.image_options(image, image_size=image_size, training=training, channels=channels,
-                                     image_dtype=image_dtype, normalize=normalize),
+        path,
+        split=split,
+        options=options,
+        batch_size=batch_size,
+        features=features,
+        label=label,
+        pad_lengths=pad_lengths,
+        static_shapes=static_shapes,
+        drop_remainder=drop_remainder,
+        num_epochs=num_epochs,
+        preprocess=preprocess,
+        shuffle=shuffle,
+        seed=seed,
+        deterministic=deterministic,
+        cache=cache,
+        skip_corrupt=skip_corrupt,
+        image=_request.image_options(
+            image,
+            image_size=image_size,
+            training=training,
+            channels=channels,
+            image_dtype=image_dtype,
+            normalize=normalize,
+        ),
         num_pipelines=input_context.num_input_pipelines if input_context else 1,
         pipeline_id=input_context.input_pipeline_id if input_context else 0,
-        service=service, processing_mode=processing_mode,
+        service=service,
+        processing_mode=processing_mode,
     )
     plan = _read.shard_plan(req)
     if plan.record_shard is not None:
         logger.warning(
             "%s has %d shard file(s) for %d input pipelines: sharding by record instead of by file "
             "(every pipeline reads every file). Reconvert with --num_shards >= %d for file-level sharding.",
-            req.path, len(plan.files), req.num_pipelines, req.num_pipelines,
+            req.path,
+            len(plan.files),
+            req.num_pipelines,
+            req.num_pipelines,
         )
     ds = _read.records(req, plan)
     if req.checks_counts:
@@ -167,8 +189,12 @@ def make_dataset(
     records_bytes = req.split.bytes * plan.records / max(req.split.records, 1)
     ds = _cached(ds, req, records_bytes)
     if req.shuffle:
-        buffer = _tuning.shuffle_buffer(plan.records, records_bytes / max(plan.records, 1),
-                                        batch_size=req.batch_size, requested=req.options.shuffle_buffer)
+        buffer = _tuning.shuffle_buffer(
+            plan.records,
+            records_bytes / max(plan.records, 1),
+            batch_size=req.batch_size,
+            requested=req.options.shuffle_buffer,
+        )
         ds = ds.shuffle(max(buffer, 1), seed=req.seed, reshuffle_each_iteration=True)
     if req.num_epochs != 1:
         ds = ds.repeat(req.num_epochs)
@@ -188,8 +214,11 @@ def _cached(ds: tf.data.Dataset, req: Request, records_bytes: float) -> tf.data.
     target = _tuning.cache_target(req.cache, records_bytes=int(records_bytes), budget_bytes=budget)
     if target is None:
         if req.cache == "auto":
-            logger.info("cache='auto': %.0f MB does not fit the %.0f MB budget; not caching",
-                        records_bytes / 2**20, budget / 2**20)
+            logger.info(
+                "cache='auto': %.0f MB does not fit the %.0f MB budget; not caching",
+                records_bytes / 2**20,
+                budget / 2**20,
+            )
         return ds
     return ds.cache() if target == "memory" else ds.cache(target)
 
@@ -202,18 +231,29 @@ def _finished(ds: tf.data.Dataset, req: Request, plan: _tuning.FileShards) -> tf
         batches = _tuning.batches(total, req.batch_size, drop_remainder=req.drop_remainder)
         ds = ds.apply(tf.data.experimental.assert_cardinality(batches))
     if req.preprocess is not None:
-        ds = ds.map(req.preprocess, num_parallel_calls=opts.num_parallel_calls or tf.data.AUTOTUNE,
-                    deterministic=req.deterministic)
+        ds = ds.map(
+            req.preprocess,
+            num_parallel_calls=opts.num_parallel_calls or tf.data.AUTOTUNE,
+            deterministic=req.deterministic,
+        )
     if req.service is not None:
         # Everything above runs on the service's workers; the client only receives batches.
         ds = ds.with_options(_tf_options(req))
         ds = ds.apply(tf.data.experimental.service.distribute(processing_mode=req.processing_mode, service=req.service))
         timeout = opts.service_timeout_s if opts.service_timeout_s is not None else _service.DEFAULT_TIMEOUT_S
         # Each record comes once, in batches of the records given: a stall after the last one is harmless.
-        whole = (req.processing_mode == "distributed_epoch" and req.num_epochs and req.preprocess is None
-                 and not req.skip_corrupt)
-        ds = _service.guard_stalls(ds, dispatcher=req.service, timeout_s=timeout,
-                                   expected_records=plan.records * req.num_epochs if whole else None)
+        whole = (
+            req.processing_mode == "distributed_epoch"
+            and req.num_epochs
+            and req.preprocess is None
+            and not req.skip_corrupt
+        )
+        ds = _service.guard_stalls(
+            ds,
+            dispatcher=req.service,
+            timeout_s=timeout,
+            expected_records=plan.records * req.num_epochs if whole else None,
+        )
     ds = ds.prefetch(opts.prefetch if opts.prefetch is not None else tf.data.AUTOTUNE)
     return ds.with_options(_tf_options(req))
 

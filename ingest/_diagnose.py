@@ -18,16 +18,24 @@ __all__ = ["Diagnosis", "StageCapacity", "decide", "diagnose"]
 
 # The fixes the reference material recommends for each kind of bound.
 ADVICE = {
-    "read": ("I/O-bound: reading shards is slower than the model consumes. Read more shards in parallel "
-             "(ReadOptions(cycle_length=...)), convert into more shards (--num_shards), use larger read "
-             "buffers or faster storage, or cache the data (cache='auto' or a local file)."),
-    "parse": ("CPU-bound in parsing: decoding records is slower than the model consumes. Read only the "
-              "features the model uses (features=[...]), cache, or give the input pipeline more CPU cores."),
-    "preprocess": ("CPU-bound in preprocessing: the preprocess function is slower than the model consumes. "
-                   "Simplify it, move deterministic work into the conversion job, or give the input pipeline "
-                   "more CPU cores."),
-    "memory": ("Memory-bound: batches in flight do not fit the memory budget. Use smaller batches (or smaller "
-               "images), or raise ReadOptions(ram_budget_bytes=...)."),
+    "read": (
+        "I/O-bound: reading shards is slower than the model consumes. Read more shards in parallel "
+        "(ReadOptions(cycle_length=...)), convert into more shards (--num_shards), use larger read "
+        "buffers or faster storage, or cache the data (cache='auto' or a local file)."
+    ),
+    "parse": (
+        "CPU-bound in parsing: decoding records is slower than the model consumes. Read only the "
+        "features the model uses (features=[...]), cache, or give the input pipeline more CPU cores."
+    ),
+    "preprocess": (
+        "CPU-bound in preprocessing: the preprocess function is slower than the model consumes. "
+        "Simplify it, move deterministic work into the conversion job, or give the input pipeline "
+        "more CPU cores."
+    ),
+    "memory": (
+        "Memory-bound: batches in flight do not fit the memory budget. Use smaller batches (or smaller "
+        "images), or raise ReadOptions(ram_budget_bytes=...)."
+    ),
     None: "Not input-bound: every stage delivers faster than the model consumes.",
 }
 _HEADROOM = 1.1  # a stage must beat the demand by 10% to count as keeping up
@@ -63,7 +71,9 @@ class Diagnosis:
         return f"{self.table()}\n\n{verdict} {self.advice}{extra}"
 
 
-def decide(capacities: dict, demand: float, *, batch_bytes: float = 0.0, memory_budget: float = float("inf")) -> Diagnosis:
+def decide(
+    capacities: dict, demand: float, *, batch_bytes: float = 0.0, memory_budget: float = float("inf")
+) -> Diagnosis:
     """Names the first stage (read -> parse -> preprocess) that cannot meet `demand`."""
     if demand <= 0:
         raise ValueError(f"demand must be positive records/s, got {demand}")
@@ -77,8 +87,9 @@ def decide(capacities: dict, demand: float, *, batch_bytes: float = 0.0, memory_
                 bottleneck = name
                 break
     cache = capacities.get("warm cache")
-    return Diagnosis(stages, demand, bottleneck, ADVICE[bottleneck],
-                     None if cache is None else cache >= _HEADROOM * demand)
+    return Diagnosis(
+        stages, demand, bottleneck, ADVICE[bottleneck], None if cache is None else cache >= _HEADROOM * demand
+    )
 
 
 def _rate(ds, count_fn) -> float:
@@ -89,8 +100,16 @@ def _rate(ds, count_fn) -> float:
     return n / max(time.perf_counter() - start, 1e-9)
 
 
-def diagnose(path, *, step_time_ms: float, batch_size: int = 256, split: str = "train", preprocess=None,
-             max_records: int = 200_000, options=None) -> Diagnosis:
+def diagnose(
+    path,
+    *,
+    step_time_ms: float,
+    batch_size: int = 256,
+    split: str = "train",
+    preprocess=None,
+    max_records: int = 200_000,
+    options=None,
+) -> Diagnosis:
     """Measures each stage of make_dataset on `path` against a model taking `step_time_ms` per batch."""
     tf = _optional.tensorflow("ingest.diagnose")
 

@@ -14,8 +14,15 @@ def _is_tpu(strategy) -> bool:
     return any(cls.__name__.startswith("TPUStrategy") for cls in type(strategy).__mro__)
 
 
-def distribute(strategy: tf.distribute.Strategy, path, *, global_batch_size: int, static_shapes: bool | None = None,
-               drop_remainder: bool | None = None, **kwargs):
+def distribute(
+    strategy: tf.distribute.Strategy,
+    path,
+    *,
+    global_batch_size: int,
+    static_shapes: bool | None = None,
+    drop_remainder: bool | None = None,
+    **kwargs,
+):
     """A distributed dataset for `strategy`, built with `make_dataset` once per input pipeline.
 
     Each pipeline reads its own subset of shard files and batches

@@ -90,8 +90,12 @@ class IdleReport:
         w = self.steady_waits * 1000
         if not len(w):
             return {"p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0}
-        return {"p50": float(np.percentile(w, 50)), "p90": float(np.percentile(w, 90)),
-                "p99": float(np.percentile(w, 99)), "max": float(w.max())}
+        return {
+            "p50": float(np.percentile(w, 50)),
+            "p90": float(np.percentile(w, 90)),
+            "p99": float(np.percentile(w, 99)),
+            "max": float(w.max()),
+        }
 
     def summary(self) -> dict:
         return {
@@ -115,8 +119,14 @@ def _batch_size(batch) -> int:
     return int(shape[0]) if rank else 1
 
 
-def measure_idle(dataset, *, step_time_ms: float | Callable[[int], float], steps: int | None = None,
-                 warmup_steps: int = 10, depth: int = 2) -> IdleReport:
+def measure_idle(
+    dataset,
+    *,
+    step_time_ms: float | Callable[[int], float],
+    steps: int | None = None,
+    warmup_steps: int = 10,
+    depth: int = 2,
+) -> IdleReport:
     """Consumes `dataset` as an asynchronous device taking `step_time_ms` per step would.
 
     `step_time_ms` is a number or a function of the step index (e.g. drawn from a
@@ -158,8 +168,10 @@ def measure_idle(dataset, *, step_time_ms: float | Callable[[int], float], steps
             examples += _batch_size(batch)
         i += 1
     if len(waits) <= warmup_steps:
-        raise ValueError(f"the dataset ended after {len(waits)} steps, within the {warmup_steps} warm-up steps; "
-                         "give a longer dataset or fewer warmup_steps")
+        raise ValueError(
+            f"the dataset ended after {len(waits)} steps, within the {warmup_steps} warm-up steps; "
+            "give a longer dataset or fewer warmup_steps"
+        )
     # Wall time of the steady state on the device's timeline.
     steady_start = done[warmup_steps - 1] if warmup_steps else start
     return IdleReport(tuple(waits), tuple(computes), warmup_steps, examples, prev_done - steady_start)

@@ -53,6 +53,9 @@ def _parse(meta: str, data: bytes) -> contract.DatasetInfo:
     try:
         return contract.DatasetInfo.from_json(data.decode("utf-8"))
     except ValueError as e:  # UnicodeDecodeError included
-        fix = "" if "format_version" in str(e) else (
-            ". The file was edited, or only partly written or copied: restore it, or reconvert the dataset")
+        fix = (
+            ""
+            if "format_version" in str(e)
+            else (". The file was edited, or only partly written or copied: restore it, or reconvert the dataset")
+        )
         raise DatasetInfoError(f"{meta} is not usable dataset metadata: {e}{fix}") from e

@@ -79,17 +79,27 @@ class ReadOptions:
     service_timeout_s: float | None = None
 
     def __post_init__(self):
-        for name in ("cycle_length", "num_parallel_calls", "parse_block", "shuffle_buffer", "read_buffer_bytes",
-                     "ram_budget_bytes", "cpu_budget", "cache_budget_bytes",
-                     "private_threadpool_size", "max_intra_op_parallelism"):
+        for name in (
+            "cycle_length",
+            "num_parallel_calls",
+            "parse_block",
+            "shuffle_buffer",
+            "read_buffer_bytes",
+            "ram_budget_bytes",
+            "cpu_budget",
+            "cache_budget_bytes",
+            "private_threadpool_size",
+            "max_intra_op_parallelism",
+        ):
             _check_positive(name, getattr(self, name))
         _check_positive("prefetch", self.prefetch, allow_zero=True)
         if not isinstance(self.symbolic_checkpoint, bool):
             raise ValueError(f"ReadOptions.symbolic_checkpoint must be a bool, got {self.symbolic_checkpoint!r}")
         t = self.service_timeout_s
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < math.inf):
-            raise ValueError(f"ReadOptions.service_timeout_s must be a positive number of seconds or None "
-                             f"(automatic: 60), got {t!r}")
+            raise ValueError(
+                f"ReadOptions.service_timeout_s must be a positive number of seconds or None (automatic: 60), got {t!r}"
+            )
 
 
 IMAGE_DTYPES = ("bfloat16", "float32", "uint8")
@@ -138,12 +148,15 @@ class ImageOptions:
             except (TypeError, ValueError):
                 raise ValueError(f"normalize=(mean, std) needs two sequences of numbers, got {normalize!r}") from None
             if len(mean) != self.channels or len(std) != self.channels or min(std) <= 0:
-                raise ValueError(f"normalize=(mean, std) needs {self.channels} values each and positive std, "
-                                 f"got {normalize!r}")
+                raise ValueError(
+                    f"normalize=(mean, std) needs {self.channels} values each and positive std, got {normalize!r}"
+                )
             object.__setattr__(self, "normalize", (mean, std))
         elif normalize == "imagenet" and self.channels != 3:
-            raise ValueError("normalize='imagenet' needs channels=3 (its mean and std are per RGB channel), "
-                             f"got channels={self.channels!r}")
+            raise ValueError(
+                "normalize='imagenet' needs channels=3 (its mean and std are per RGB channel), "
+                f"got channels={self.channels!r}"
+            )
         elif not (normalize is None or (isinstance(normalize, str) and normalize in ("default", "unit", "imagenet"))):
             raise ValueError(f"normalize must be None, 'unit', 'imagenet' or (mean, std), got {normalize!r}")
         if self.dtype == "uint8" and self.scale:

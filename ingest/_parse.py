@@ -97,13 +97,18 @@ def decoded_images(ds: tf.data.Dataset, req: Request) -> tf.data.Dataset:
         return (image, parsed[label]) if label is not None else image
 
     if seeds is not None:
-        ds = tf.data.Dataset.zip((ds, seeds)).map(decode_record, num_parallel_calls=parallel,
-                                                  deterministic=req.deterministic)
+        ds = tf.data.Dataset.zip((ds, seeds)).map(
+            decode_record, num_parallel_calls=parallel, deterministic=req.deterministic
+        )
     else:
-        ds = ds.map(lambda s: decode_record(s, tf.random.uniform([2], maxval=tf.int64.max, dtype=tf.int64)),
-                    num_parallel_calls=parallel, deterministic=req.deterministic)
+        ds = ds.map(
+            lambda s: decode_record(s, tf.random.uniform([2], maxval=tf.int64.max, dtype=tf.int64)),
+            num_parallel_calls=parallel,
+            deterministic=req.deterministic,
+        )
     if req.skip_corrupt:
         # Images that fail to decode (shards written by other tools) are skipped and logged.
         ds = ds.ignore_errors(log_warning=True)
-    return ds.batch(req.batch_size, drop_remainder=req.drop_remainder, num_parallel_calls=parallel,
-                    deterministic=req.deterministic)
+    return ds.batch(
+        req.batch_size, drop_remainder=req.drop_remainder, num_parallel_calls=parallel, deterministic=req.deterministic
+    )

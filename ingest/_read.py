@@ -44,16 +44,26 @@ def check_shards_exist(path: str, split: contract.SplitInfo, *, skip_corrupt: bo
     except tf.errors.OpError as e:
         logger.debug("cannot list %s (%s); missing shards will be reported as they are read", path, e.message)
         return
-    missing = [s for s in split.shards if s.filename not in present
-               and ("/" not in s.filename or not tf.io.gfile.exists(f"{path}/{s.filename}"))]
+    missing = [
+        s
+        for s in split.shards
+        if s.filename not in present and ("/" not in s.filename or not tf.io.gfile.exists(f"{path}/{s.filename}"))
+    ]
     if not missing:
         return
     names = ", ".join(f"{path}/{s.filename} ({s.records} records)" for s in missing[:3])
     more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
     lost = sum(s.records for s in missing)
     if skip_corrupt:
-        logger.warning("%d shard file(s) of split %r are missing: %s%s; their %d record(s) will be skipped "
-                       "(and counted in skipped_corrupt_records())", len(missing), split.name, names, more, lost)
+        logger.warning(
+            "%d shard file(s) of split %r are missing: %s%s; their %d record(s) will be skipped "
+            "(and counted in skipped_corrupt_records())",
+            len(missing),
+            split.name,
+            names,
+            more,
+            lost,
+        )
         return
     raise FileNotFoundError(
         f"{len(missing)} shard file(s) of split {split.name!r} listed in {path}/{contract.METADATA_FILENAME} "
@@ -75,13 +85,22 @@ _DISAGREE_FIX = (
 def _shard_problem(name: str, expected: int, read: int) -> tuple:
     """(what is wrong, what to do) for a shard that did not yield the records its metadata lists."""
     if read > expected:
-        return (f"shard {name} holds more records than its metadata says: read {read} (at least), "
-                f"{contract.METADATA_FILENAME} lists {expected}", _DISAGREE_FIX)
+        return (
+            f"shard {name} holds more records than its metadata says: read {read} (at least), "
+            f"{contract.METADATA_FILENAME} lists {expected}",
+            _DISAGREE_FIX,
+        )
     if read == 0 and not _exists(name):
-        return (f"shard {name} is missing: {contract.METADATA_FILENAME} lists it with {expected} records, "
-                "but the file does not exist (deleted or moved after conversion?)", _MISSING_FIX)
-    return (f"shard {name} is corrupt, truncated or unreadable: read {read} of {expected} records "
-            "(the underlying error is logged above)", _SHARD_FIX)
+        return (
+            f"shard {name} is missing: {contract.METADATA_FILENAME} lists it with {expected} records, "
+            "but the file does not exist (deleted or moved after conversion?)",
+            _MISSING_FIX,
+        )
+    return (
+        f"shard {name} is corrupt, truncated or unreadable: read {read} of {expected} records "
+        "(the underlying error is logged above)",
+        _SHARD_FIX,
+    )
 
 
 def _exists(name: str) -> bool:
@@ -97,8 +116,12 @@ def _note_skipped(filename, expected, read):  # runs inside tf.data, through py_
     problem, fix = _shard_problem(name, expected, read)
     if read > expected:
         # Not corruption that skipping can repair: which records are the right ones is unknown.
-        raise tf.errors.DataLossError(None, None, f"{problem}. {fix} (skip_corrupt=True does not apply: "
-                                      "no record is corrupt, and which ones belong is unknown)")
+        raise tf.errors.DataLossError(
+            None,
+            None,
+            f"{problem}. {fix} (skip_corrupt=True does not apply: "
+            "no record is corrupt, and which ones belong is unknown)",
+        )
     with _skipped_lock:
         _skipped[name] = _skipped.get(name, 0) + expected - read
     logger.warning("skipped %d record(s): %s", expected - read, problem)
@@ -146,13 +169,23 @@ def _reader(req: Request):
         n, read = tf.strings.as_string(expected), tf.strings.as_string(total)
         problem = tf.where(
             missing,
-            tf.strings.join(["shard ", filename, f" is missing: {contract.METADATA_FILENAME} lists it with ", n,
-                             " records, but the file does not exist"]),
-            tf.strings.join(["shard ", filename, " is corrupt, truncated or unreadable: read ", read, " of ", n,
-                             " records"]))
+            tf.strings.join(
+                [
+                    "shard ",
+                    filename,
+                    f" is missing: {contract.METADATA_FILENAME} lists it with ",
+                    n,
+                    " records, but the file does not exist",
+                ]
+            ),
+            tf.strings.join(
+                ["shard ", filename, " is corrupt, truncated or unreadable: read ", read, " of ", n, " records"]
+            ),
+        )
         if skip_corrupt:
-            done = tf.print(tf.strings.join(["warning: skipped ", tf.strings.as_string(expected - total),
-                                             " record(s): ", problem]))
+            done = tf.print(
+                tf.strings.join(["warning: skipped ", tf.strings.as_string(expected - total), " record(s): ", problem])
+            )
         else:
             fix = tf.where(missing, _MISSING_FIX, _SHARD_FIX)
             done = tf.debugging.Assert(False, [tf.strings.join([problem, ". ", fix])])
@@ -160,9 +193,23 @@ def _reader(req: Request):
             return tf.identity(expected - total)
 
     def too_many_in_graph(filename, expected, total):
-        done = tf.debugging.Assert(False, [tf.strings.join([
-            "shard ", filename, " holds more records than its metadata says: read ", tf.strings.as_string(total),
-            f" (at least), {contract.METADATA_FILENAME} lists ", tf.strings.as_string(expected), ". ", _DISAGREE_FIX])])
+        done = tf.debugging.Assert(
+            False,
+            [
+                tf.strings.join(
+                    [
+                        "shard ",
+                        filename,
+                        " holds more records than its metadata says: read ",
+                        tf.strings.as_string(total),
+                        f" (at least), {contract.METADATA_FILENAME} lists ",
+                        tf.strings.as_string(expected),
+                        ". ",
+                        _DISAGREE_FIX,
+                    ]
+                )
+            ],
+        )
         with tf.control_dependencies([done]):
             return tf.constant(0, tf.int64)
 
@@ -213,8 +260,9 @@ def records(req: Request, plan: _tuning.FileShards) -> tf.data.Dataset:
         ds = ds.shuffle(len(plan.files), seed=req.seed, reshuffle_each_iteration=True)
     remote = _tuning.is_remote(req.path)
     opts = req.options
-    cycle = _tuning.cycle_length(len(plan.files), remote=remote, cpu_count=os.cpu_count() or 1,
-                                 requested=opts.cycle_length)
+    cycle = _tuning.cycle_length(
+        len(plan.files), remote=remote, cpu_count=os.cpu_count() or 1, requested=opts.cycle_length
+    )
     parallel = _tuning.interleave_parallelism(cycle, remote=remote, requested=opts.num_parallel_calls)
     ds = ds.interleave(
         _reader(req),

@@ -86,12 +86,31 @@ def image_options(image, *, image_size, training, channels, image_dtype, normali
     return ImageOptions(**given)
 
 
-def build(path, *, split: str = "train", options: ReadOptions | None = None, batch_size: int = 1,
-          features=None, label=None, pad_lengths=None, static_shapes: bool = False, drop_remainder: bool = False,
-          num_epochs: int | None = 1, preprocess=None, shuffle: bool = False, seed: int | None = None,
-          deterministic: bool | None = None, cache=None, image: ImageOptions | None = None, raw: bool = False,
-          skip_corrupt: bool = False, num_pipelines: int = 1, pipeline_id: int = 0, service: str | None = None,
-          processing_mode: str = "distributed_epoch") -> Request:
+def build(
+    path,
+    *,
+    split: str = "train",
+    options: ReadOptions | None = None,
+    batch_size: int = 1,
+    features=None,
+    label=None,
+    pad_lengths=None,
+    static_shapes: bool = False,
+    drop_remainder: bool = False,
+    num_epochs: int | None = 1,
+    preprocess=None,
+    shuffle: bool = False,
+    seed: int | None = None,
+    deterministic: bool | None = None,
+    cache=None,
+    image: ImageOptions | None = None,
+    raw: bool = False,
+    skip_corrupt: bool = False,
+    num_pipelines: int = 1,
+    pipeline_id: int = 0,
+    service: str | None = None,
+    processing_mode: str = "distributed_epoch",
+) -> Request:
     """Checks one call's arguments against each other and the dataset's metadata.
 
     The defaults describe the plainest read: every record once, in file order, unbatched
@@ -174,11 +193,28 @@ def build(path, *, split: str = "train", options: ReadOptions | None = None, bat
         # Out-of-order delivery is faster; a seed asks for reproducibility.
         deterministic = seed is not None
     return Request(
-        info=info, path=root, split=split_info, options=options, features=tuple(selected), label=label,
-        pad_lengths=pad_lengths, static_shapes=bool(static_shapes), batch_size=batch_size,
-        drop_remainder=drop_remainder, num_epochs=num_epochs, preprocess=preprocess, shuffle=shuffle, seed=seed,
-        deterministic=deterministic, cache=cache, image=image, skip_corrupt=skip_corrupt,
-        num_pipelines=num_pipelines, pipeline_id=pipeline_id, service=service, processing_mode=processing_mode,
+        info=info,
+        path=root,
+        split=split_info,
+        options=options,
+        features=tuple(selected),
+        label=label,
+        pad_lengths=pad_lengths,
+        static_shapes=bool(static_shapes),
+        batch_size=batch_size,
+        drop_remainder=drop_remainder,
+        num_epochs=num_epochs,
+        preprocess=preprocess,
+        shuffle=shuffle,
+        seed=seed,
+        deterministic=deterministic,
+        cache=cache,
+        image=image,
+        skip_corrupt=skip_corrupt,
+        num_pipelines=num_pipelines,
+        pipeline_id=pipeline_id,
+        service=service,
+        processing_mode=processing_mode,
     )
 
 
@@ -186,8 +222,10 @@ def _decoded_images(info, path, features, image: ImageOptions | None) -> ImageOp
     """The image options the graph decodes with, or None when it yields features as stored."""
     if not info.image:
         if image is not None:
-            raise ValueError(f"image options (image= or image_size=) are for image datasets; {path} holds no "
-                             f"images (features: {[f.name for f in info.features]})")
+            raise ValueError(
+                f"image options (image= or image_size=) are for image datasets; {path} holds no "
+                f"images (features: {[f.name for f in info.features]})"
+            )
         return None
     if features is not None:
         return None  # raw features asked for by name: no decoding

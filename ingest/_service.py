@@ -29,8 +29,9 @@ _AHEAD = 2
 _POLL_S = 0.5  # how often a blocked reader checks whether its consumer went away
 
 
-def guard_stalls(ds: tf.data.Dataset, *, dispatcher: str, timeout_s: float,
-                 expected_records: int | None = None) -> tf.data.Dataset:
+def guard_stalls(
+    ds: tf.data.Dataset, *, dispatcher: str, timeout_s: float, expected_records: int | None = None
+) -> tf.data.Dataset:
     """`ds`, a dataset read from the tf.data service, that raises instead of waiting forever.
 
     TensorFlow's service client can wait forever for a worker killed mid-epoch (TF 2.21:
@@ -50,8 +51,9 @@ def guard_stalls(ds: tf.data.Dataset, *, dispatcher: str, timeout_s: float,
     def batches():
         ahead = queue.Queue(maxsize=_AHEAD)
         gone = threading.Event()
-        threading.Thread(target=_read_into, args=(ds, ahead, gone), daemon=True,
-                         name=f"tf.data service reader ({dispatcher})").start()
+        threading.Thread(
+            target=_read_into, args=(ds, ahead, gone), daemon=True, name=f"tf.data service reader ({dispatcher})"
+        ).start()
         delivered = 0
         try:
             while True:
@@ -59,16 +61,21 @@ def guard_stalls(ds: tf.data.Dataset, *, dispatcher: str, timeout_s: float,
                     kind, value = ahead.get(timeout=timeout_s)
                 except queue.Empty:
                     if expected_records is not None and delivered >= expected_records:
-                        logger.warning("the tf.data service at %s stalled after delivering all %d records (a worker "
-                                       "was most likely lost): ending the run", dispatcher, delivered)
+                        logger.warning(
+                            "the tf.data service at %s stalled after delivering all %d records (a worker "
+                            "was most likely lost): ending the run",
+                            dispatcher,
+                            delivered,
+                        )
                         return
                     raise tf.errors.UnavailableError(
-                        None, None,
+                        None,
+                        None,
                         f"the tf.data service at {dispatcher} delivered no batch for {timeout_s:g} s: a worker "
                         "was most likely lost mid-epoch (killed, crashed or unreachable), and TensorFlow's "
                         "service client does not recover from that reliably. Records of this epoch may be "
                         "missing: check the workers and iterate the dataset again for a new epoch. If a batch "
-                        "can legitimately take longer, raise ReadOptions(service_timeout_s=...)."
+                        "can legitimately take longer, raise ReadOptions(service_timeout_s=...).",
                     ) from None
                 if kind == "end":
                     return
@@ -125,19 +132,23 @@ def _serve_until_stopped(server, what: str) -> None:
         time.sleep(3600)
 
 
-def run_dispatcher(*, port: int, work_dir: str | None = None, fault_tolerant: bool = False,
-                   worker_timeout_ms: int | None = None) -> None:
+def run_dispatcher(
+    *, port: int, work_dir: str | None = None, fault_tolerant: bool = False, worker_timeout_ms: int | None = None
+) -> None:
     """Runs a dispatcher on `port` until the process is stopped."""
     config = tf.data.experimental.service.DispatcherConfig(
-        port=port, work_dir=work_dir, fault_tolerant_mode=fault_tolerant,
+        port=port,
+        work_dir=work_dir,
+        fault_tolerant_mode=fault_tolerant,
         **({"worker_timeout_ms": worker_timeout_ms} if worker_timeout_ms else {}),
     )
     server = tf.data.experimental.service.DispatchServer(config)
     _serve_until_stopped(server, f"tf.data service dispatcher at {server.target}")
 
 
-def run_worker(*, dispatcher: str, port: int = 0, worker_address: str | None = None,
-               heartbeat_interval_ms: int | None = None) -> None:
+def run_worker(
+    *, dispatcher: str, port: int = 0, worker_address: str | None = None, heartbeat_interval_ms: int | None = None
+) -> None:
     """Runs a worker registered with `dispatcher` ("host:port" or "grpc://host:port").
 
     Its heartbeat interval must stay well under the dispatcher's worker timeout, or live
@@ -148,6 +159,8 @@ def run_worker(*, dispatcher: str, port: int = 0, worker_address: str | None = N
         extra["worker_address"] = worker_address
     if heartbeat_interval_ms:
         extra["heartbeat_interval_ms"] = heartbeat_interval_ms
-    config = tf.data.experimental.service.WorkerConfig(dispatcher_address=_strip_protocol(dispatcher), port=port, **extra)
+    config = tf.data.experimental.service.WorkerConfig(
+        dispatcher_address=_strip_protocol(dispatcher), port=port, **extra
+    )
     server = tf.data.experimental.service.WorkerServer(config)
     _serve_until_stopped(server, f"tf.data service worker (port {port or 'any'}) for dispatcher {dispatcher}")

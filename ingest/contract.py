@@ -43,9 +43,7 @@ def shard_filename(split: str, index: int, count: int, compression: str = "none"
 
 def check_split_name(name: str) -> str:
     if not _SPLIT_NAME.match(name):
-        raise ValueError(
-            f"split name {name!r} is invalid: use a letter followed by letters, digits or '_'"
-        )
+        raise ValueError(f"split name {name!r} is invalid: use a letter followed by letters, digits or '_'")
     return name
 
 
@@ -74,14 +72,10 @@ class FeatureSpec:
         if not self.name:
             raise ValueError("feature name must be non-empty")
         if self.dtype not in DTYPES:
-            raise ValueError(
-                f"feature {self.name!r}: dtype must be one of {DTYPES}, got {self.dtype!r}"
-            )
+            raise ValueError(f"feature {self.name!r}: dtype must be one of {DTYPES}, got {self.dtype!r}")
         shape = tuple(self.shape)
         if len(shape) > 1 or (shape and shape[0] is not None and int(shape[0]) < 0):
-            raise ValueError(
-                f"feature {self.name!r}: shape must be (), (k,) or (None,), got {self.shape!r}"
-            )
+            raise ValueError(f"feature {self.name!r}: shape must be (), (k,) or (None,), got {self.shape!r}")
         object.__setattr__(self, "shape", shape)
         if self.default is None:
             object.__setattr__(self, "default", _natural_default(self.dtype))
@@ -135,8 +129,16 @@ def _is_int(value) -> bool:
 
 
 _MISSING = object()
-_JSON_NAMES = {Mapping: "an object", dict: "an object", list: "a list", str: "a string", int: "an integer",
-               float: "a number", bool: "true or false", type(None): "null"}
+_JSON_NAMES = {
+    Mapping: "an object",
+    dict: "an object",
+    list: "a list",
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+    type(None): "null",
+}
 
 
 def _found(value) -> str:
@@ -173,7 +175,12 @@ class ShardInfo:
         d = _object(d, where)
         filename = _typed(d, "filename", str, where)
         # Shards live inside the dataset directory: no absolute paths, no way out of it.
-        if not filename or filename.startswith(("/", "\\")) or "://" in filename or ".." in re.split(r"[/\\]", filename):
+        if (
+            not filename
+            or filename.startswith(("/", "\\"))
+            or "://" in filename
+            or ".." in re.split(r"[/\\]", filename)
+        ):
             raise ValueError(f"{where}.filename must name a file inside the dataset directory, got {filename!r}")
         counts = {}
         for key in ("records", "bytes"):
@@ -210,7 +217,9 @@ class SplitInfo:
         d = _object(d, where)
         name = _typed(d, "name", str, where)
         where = f"{where} ({name!r})"
-        shards = tuple(ShardInfo.from_json(s, f"{where}.shards[{i}]") for i, s in enumerate(_typed(d, "shards", list, where)))
+        shards = tuple(
+            ShardInfo.from_json(s, f"{where}.shards[{i}]") for i, s in enumerate(_typed(d, "shards", list, where))
+        )
         split = cls(name=name, shards=shards)
         # The totals are derived from the shards; a disagreement means a hand edit.
         for key in ("records", "bytes"):
@@ -256,17 +265,13 @@ class DatasetInfo:
         for f in self.features:
             if f.name == name:
                 return f
-        raise KeyError(
-            f"no feature {name!r} in this dataset; features: {[f.name for f in self.features]}"
-        )
+        raise KeyError(f"no feature {name!r} in this dataset; features: {[f.name for f in self.features]}")
 
     def split(self, name: str) -> SplitInfo:
         for s in self.splits:
             if s.name == name:
                 return s
-        raise KeyError(
-            f"no split {name!r} in this dataset; splits: {[s.name for s in self.splits]}"
-        )
+        raise KeyError(f"no split {name!r} in this dataset; splits: {[s.name for s in self.splits]}")
 
     def to_json(self) -> str:
         return json.dumps(
@@ -307,8 +312,10 @@ class DatasetInfo:
             )
         features = _typed(d, "features", list, "metadata")
         splits = _typed(d, "splits", list, "metadata")
-        names = [_typed(s, "name", str, f"metadata.splits[{i}]") if isinstance(s, Mapping) else None
-                 for i, s in enumerate(splits)]
+        names = [
+            _typed(s, "name", str, f"metadata.splits[{i}]") if isinstance(s, Mapping) else None
+            for i, s in enumerate(splits)
+        ]
         twice = sorted({n for n in names if n is not None and names.count(n) > 1})
         if twice:
             raise ValueError(f"metadata.splits lists split(s) {twice} more than once")

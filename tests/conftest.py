@@ -12,8 +12,8 @@ from tests.gcs import TF_GCS_ENV  # noqa: E402  (before TensorFlow is imported, 
 for _k, _v in TF_GCS_ENV.items():
     os.environ.setdefault(_k, _v)
 
-import pytest
-import tensorflow as tf
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 # Two logical CPU devices for MirroredStrategy tests; must happen before TF initializes.
 _cpus = tf.config.list_physical_devices("CPU")
@@ -38,7 +38,15 @@ def convert_table(root, table, *args) -> str:
 
     os.makedirs(os.path.join(root, "in"), exist_ok=True)
     pq.write_table(table, os.path.join(root, "in", "a.parquet"))
-    run_convert("--source", "parquet", "--input", os.path.join(root, "in", "a.parquet"), "--output", os.path.join(root, "ds"), *args)
+    run_convert(
+        "--source",
+        "parquet",
+        "--input",
+        os.path.join(root, "in", "a.parquet"),
+        "--output",
+        os.path.join(root, "ds"),
+        *args,
+    )
     return str(os.path.join(root, "ds"))
 
 

@@ -49,17 +49,25 @@ def make_tls_files(directory: str) -> tuple:
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ingest test CA")])
     ca = (
-        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
         .not_valid_after(now + datetime.timedelta(days=2))
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
     key = ec.generate_private_key(ec.SECP256R1())
     leaf = (
-        x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, GCS_HOSTS[0])]))
-        .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=2))
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, GCS_HOSTS[0])]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=2))
         .add_extension(x509.SubjectAlternativeName([x509.DNSName(h) for h in GCS_HOSTS]), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
@@ -69,7 +77,11 @@ def make_tls_files(directory: str) -> tuple:
     with open(paths[1], "wb") as f:
         f.write(leaf.public_bytes(serialization.Encoding.PEM))
     with open(paths[2], "wb") as f:
-        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+        f.write(
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        )
     return paths
 
 
@@ -116,11 +128,15 @@ class TlsRelayProxy:
             try:
                 tls = self._context.wrap_socket(client, server_side=True)
                 first = tls.recv(65536)
-                if self.forbidden_bucket and (f"/b/{self.forbidden_bucket}".encode() in first.split(b"\r\n", 1)[0]
-                                              or f" /{self.forbidden_bucket}/".encode() in first.split(b"\r\n", 1)[0]):
+                if self.forbidden_bucket and (
+                    f"/b/{self.forbidden_bucket}".encode() in first.split(b"\r\n", 1)[0]
+                    or f" /{self.forbidden_bucket}/".encode() in first.split(b"\r\n", 1)[0]
+                ):
                     body = b'{"error": {"code": 403, "message": "caller does not have storage.objects.get access"}}'
-                    tls.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
-                                b"Connection: close\r\n\r\n%s" % (len(body), body))
+                    tls.sendall(
+                        b"HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                        b"Connection: close\r\n\r\n%s" % (len(body), body)
+                    )
                     return
                 upstream = socket.create_connection(self._upstream)
                 upstream.sendall(first)
@@ -221,7 +237,9 @@ class GcsEmulator:
         from google.auth.credentials import AnonymousCredentials
         from google.cloud import storage
 
-        return storage.Client(project="test-project", credentials=AnonymousCredentials(), client_options={"api_endpoint": self.host})
+        return storage.Client(
+            project="test-project", credentials=AnonymousCredentials(), client_options={"api_endpoint": self.host}
+        )
 
     @property
     def proxy(self) -> TlsRelayProxy:

@@ -29,8 +29,15 @@ def main(path: str, out: str) -> None:
 
     # Keras 3's model.fit does not run under MultiWorkerMirroredStrategy (keras-team/keras#20585,
     # tensorflow/tensorflow#72388): train with the strategy's own custom-loop API instead.
-    train = ingest.distribute(strategy, path, global_batch_size=32, features=["x"], num_epochs=None, seed=0,
-                              preprocess=lambda f, y: (f["x"][:, None], y))
+    train = ingest.distribute(
+        strategy,
+        path,
+        global_batch_size=32,
+        features=["x"],
+        num_epochs=None,
+        seed=0,
+        preprocess=lambda f, y: (f["x"][:, None], y),
+    )
     with strategy.scope():
         model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(3)])
         optimizer = tf.keras.optimizers.SGD(0.1)

@@ -38,8 +38,14 @@ def main(mode: str = "distributed_epoch", runs: str = "3") -> int:
     hung = 0
     try:
         for run in range(int(runs)):
-            ds = ingest.make_dataset(str(root / "ds"), batch_size=16, label=False, service=cluster.address,
-                                     processing_mode=mode, options=ingest.ReadOptions(service_timeout_s=TIMEOUT_S))
+            ds = ingest.make_dataset(
+                str(root / "ds"),
+                batch_size=16,
+                label=False,
+                service=cluster.address,
+                processing_mode=mode,
+                options=ingest.ReadOptions(service_timeout_s=TIMEOUT_S),
+            )
             seen, outcome, start = [], [], time.monotonic()
 
             def consume():
@@ -56,8 +62,10 @@ def main(mode: str = "distributed_epoch", runs: str = "3") -> int:
             t = threading.Thread(target=consume, daemon=True)
             t.start()
             t.join(TIMEOUT_S + 60)
-            print(f"run {run}: after {time.monotonic() - start:.1f} s, {outcome[0] if outcome else 'STILL WAITING'}",
-                  flush=True)
+            print(
+                f"run {run}: after {time.monotonic() - start:.1f} s, {outcome[0] if outcome else 'STILL WAITING'}",
+                flush=True,
+            )
             hung += t.is_alive()
             cluster.workers[0] = _serving(cluster.spawn_worker())
     finally:

@@ -26,10 +26,15 @@ def test_quick_suite_writes_results_table_and_plots(tmp_path):
 
     slow = [r for r in results if r["scenario"] == "slow_storage"]
     if slowfs.unavailable_reason() is None:
-        assert [r["pipeline"] for r in slow] == ["make_dataset cycle_length=1", "make_dataset cycle_length=4",
-                                                 "make_dataset cycle_length=16",
-                                                 "make_dataset cycle_length=16 num_parallel_calls=16",
-                                                 "best_practice", "tuned_by_hand", "make_dataset"]
+        assert [r["pipeline"] for r in slow] == [
+            "make_dataset cycle_length=1",
+            "make_dataset cycle_length=4",
+            "make_dataset cycle_length=16",
+            "make_dataset cycle_length=16 num_parallel_calls=16",
+            "best_practice",
+            "tuned_by_hand",
+            "make_dataset",
+        ]
         assert not os.path.ismount(tmp_path / "out" / "slow-mount")  # unmounted afterwards
     else:
         assert slow == [{"scenario": "slow_storage", "pipeline": "unavailable", "reason": slowfs.unavailable_reason()}]
@@ -51,7 +56,11 @@ def test_quick_conversion_benchmark_reports_every_comparison(tmp_path):
     assert conversion.main(["--quick", "--workdir", str(tmp_path / "data"), "--out", str(tmp_path / "out")]) == 0
     results = json.load(open(tmp_path / "out" / "conversion.json"))
     encoders = [r["encoder"] for r in results["encoder"]]
-    assert encoders[:3] == ["ingest (encode_record_batch)", "ingest, framed as TFRecords (+CRC32C)", "protobuf object per row (first batch)"]
+    assert encoders[:3] == [
+        "ingest (encode_record_batch)",
+        "ingest, framed as TFRecords (+CRC32C)",
+        "protobuf object per row (first batch)",
+    ]
     assert all(r["bytes_per_row"] > 300 for r in results["encoder"])  # the same records, whichever encoder
     assert [r["converter"] for r in results["job"]] == ["naive", "job_csv", "job_parquet"]
     assert [r["workers"] for r in results["multiprocess"]] == [1, 2]

@@ -23,13 +23,21 @@ from tests.conftest import read_examples, run_convert, write_text
 
 
 def _csv_source(*columns) -> CsvSource:
-    return CsvSource(input_pattern="in.csv", columns=columns, input_bytes=0, input_count=1, schema_origin="given",
-                     header=columns, files=("in.csv",))
+    return CsvSource(
+        input_pattern="in.csv",
+        columns=columns,
+        input_bytes=0,
+        input_count=1,
+        schema_origin="given",
+        header=columns,
+        files=("in.csv",),
+    )
 
 
 def _text_chunk(**columns) -> _sources.Chunk:
-    batch = pa.RecordBatch.from_pydict({k: pa.array([None if v is None else v.encode() for v in vs], pa.binary())
-                                        for k, vs in columns.items()})
+    batch = pa.RecordBatch.from_pydict(
+        {k: pa.array([None if v is None else v.encode() for v in vs], pa.binary()) for k, vs in columns.items()}
+    )
     return _sources.Chunk(batch, np.arange(2, 2 + batch.num_rows), [])
 
 
@@ -44,8 +52,12 @@ def test_typed_quarantines_bad_cells_and_missing_labels_and_keeps_the_rest():
 
 
 def test_arrow_typing_quarantines_values_the_stored_type_cannot_hold():
-    source = ParquetSource(input_pattern="in.parquet", columns=("u",), input_bytes=0, input_count=1, schema_origin="parquet")
-    chunk = _sources.Chunk(pa.RecordBatch.from_pydict({"u": pa.array([1, 2**64 - 1], pa.uint64())}), np.array([0, 1]), [])
+    source = ParquetSource(
+        input_pattern="in.parquet", columns=("u",), input_bytes=0, input_count=1, schema_origin="parquet"
+    )
+    chunk = _sources.Chunk(
+        pa.RecordBatch.from_pydict({"u": pa.array([1, 2**64 - 1], pa.uint64())}), np.array([0, 1]), []
+    )
     cols, bad, mask = type_arrow_chunk(source, "in.parquet", chunk, {"u": ("int64", ())})
     assert mask.tolist() == [False, True] and bad[0].kind == "type" and bad[0].row == 1
 
@@ -108,8 +120,15 @@ class _JsonLinesSource(Source):
         first = json.loads(open(files[0][0]).readline())
         columns = select_columns(list(first), args)
         types = tuple((c, "int64" if isinstance(first[c], int) else "bytes", ()) for c in columns)
-        return cls(input_pattern=args.input, columns=tuple(columns), input_bytes=sum(s for _, s in files),
-                   input_count=len(files), schema_origin="jsonl", files=tuple(p for p, _ in files), arrow_types=types)
+        return cls(
+            input_pattern=args.input,
+            columns=tuple(columns),
+            input_bytes=sum(s for _, s in files),
+            input_count=len(files),
+            schema_origin="jsonl",
+            files=tuple(p for p, _ in files),
+            arrow_types=types,
+        )
 
     def expansion(self):
         return 2.0
@@ -135,4 +154,6 @@ def test_a_new_source_is_one_adapter_and_one_registry_line(tmp, monkeypatch):
     src = write_text(tmp / "in" / "a.jsonl", "".join(json.dumps({"id": i, "name": f"n{i}"}) + "\n" for i in range(5)))
     info = run_convert("--source", "jsonl", "--input", src, "--output", tmp / "out", "--label", "id")
     assert info.source["format"] == "jsonl" and [f.name for f in info.features] == ["id", "name"]
-    assert sorted((r["id"][0], r["name"][0]) for r in read_examples(tmp / "out")) == [(i, f"n{i}".encode()) for i in range(5)]
+    assert sorted((r["id"][0], r["name"][0]) for r in read_examples(tmp / "out")) == [
+        (i, f"n{i}".encode()) for i in range(5)
+    ]

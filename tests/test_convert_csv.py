@@ -20,9 +20,9 @@ CSV = (
     "id,age,score,name,city\n"
     "1,34,1.5,ann,paris\n"
     "2,,2.0,bob,NA\n"
-    "3,29,3,\"smith, carl\",null\n"
-    "4,41,NA,dora,\"new\nyork\"\n"
-    "5,38,-0.25,,\"x\"\n"
+    '3,29,3,"smith, carl",null\n'
+    '4,41,NA,dora,"new\nyork"\n'
+    '5,38,-0.25,,"x"\n'
 )
 
 
@@ -32,7 +32,9 @@ def _by_id(rows):
 
 def test_csv_round_trip_infers_types_and_keeps_missing_values_missing(tmp):
     src = write_text(tmp / "in" / "a.csv", CSV)
-    info = run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--allow_quoted_newlines")  # "new\nyork"
+    info = run_convert(
+        "--source", "csv", "--input", src, "--output", tmp / "out", "--allow_quoted_newlines"
+    )  # "new\nyork"
     types = {f.name: f.dtype for f in info.features}
     # age has an empty cell but is int; score mixes ints and floats, so it widens to float.
     assert types == {"id": "int64", "age": "int64", "score": "float32", "name": "bytes", "city": "bytes"}
@@ -55,7 +57,9 @@ def test_crlf_bom_and_gzip_inputs_read_like_plain_csv(tmp):
     data = ("\ufeff" + CSV.replace("\n", "\r\n").replace("new\r\nyork", "new\nyork")).encode("utf-8")
     with gzip.open(quirky / "a.csv.gz", "wb") as f:
         f.write(data)
-    info = run_convert("--source", "csv", "--input", quirky / "a.csv.gz", "--output", tmp / "o2", "--allow_quoted_newlines")
+    info = run_convert(
+        "--source", "csv", "--input", quirky / "a.csv.gz", "--output", tmp / "o2", "--allow_quoted_newlines"
+    )
     assert [f.name for f in info.features] == ["id", "age", "score", "name", "city"]
     assert _by_id(read_examples(tmp / "o1")) == _by_id(read_examples(tmp / "o2"))
 
@@ -70,7 +74,9 @@ def test_delimiter_and_custom_null_markers(tmp):
 def test_given_schema_and_column_flags_override_inference(tmp):
     src = write_text(tmp / "in" / "a.csv", "zip,n,x\n00123,1,2\n04567,2,3\n")
     schema = write_text(tmp / "schema.json", json.dumps({"columns": {"zip": "string"}}))
-    info = run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--schema", schema, "--column", "n:float32")
+    info = run_convert(
+        "--source", "csv", "--input", src, "--output", tmp / "out", "--schema", schema, "--column", "n:float32"
+    )
     assert {f.name: f.dtype for f in info.features} == {"zip": "bytes", "n": "float32", "x": "int64"}
     assert info.source["schema"] == "mixed"
     rows = read_examples(tmp / "out")
@@ -101,7 +107,9 @@ def test_bad_rows_go_to_quarantine_and_good_rows_are_all_written(tmp):
     body = ("\n".join(lines) + "\n").encode()
     body = body.replace(b"w1999\n", b"w\xff\xfe\n")  # undecodable text in the last good row
     path.write_bytes(body)
-    info = run_convert("--source", "csv", "--input", path, "--output", tmp / "out", "--column", "n:int64", "--max_bad_fraction", "0.01")
+    info = run_convert(
+        "--source", "csv", "--input", path, "--output", tmp / "out", "--column", "n:int64", "--max_bad_fraction", "0.01"
+    )
     rows = read_examples(tmp / "out")
     assert sorted(r["id"][0] for r in rows) == list(range(1999))
     bad = sorted(quarantine_lines(tmp / "out"), key=lambda b: b["row"])
@@ -155,7 +163,9 @@ def test_zero_byte_file_is_an_error_naming_it(tmp):
 def test_header_only_corpus_is_an_error_not_an_empty_dataset(tmp):
     src = write_text(tmp / "in" / "a.csv", "a,b\n")
     with pytest.raises(Exception, match=r"no records were read .*refusing to write an empty dataset"):
-        run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--column", "a:int64", "--column", "b:int64")
+        run_convert(
+            "--source", "csv", "--input", src, "--output", tmp / "out", "--column", "a:int64", "--column", "b:int64"
+        )
     assert not os.path.exists(tmp / "out" / "dataset_info.json")
 
 
@@ -190,8 +200,12 @@ def test_rerun_after_an_interrupted_job_cleans_up_and_succeeds(tmp):
     # metadata lists are the user's and are refused: see test_output_dir.py.)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     temp = out / (contract.TEMP_PREFIX + "dead")
-    write_text(temp / "job.json", json.dumps({"job_id": "dead", "started": 0, "host": socket.gethostname(),
-                                              "pid": int(dead.stdout), "state": "running"}))
+    write_text(
+        temp / "job.json",
+        json.dumps(
+            {"job_id": "dead", "started": 0, "host": socket.gethostname(), "pid": int(dead.stdout), "state": "running"}
+        ),
+    )
     write_text(temp / "fragments" / "000-00000" / "x.tfrecord", "partial")
     info = run_convert("--source", "csv", "--input", src, "--output", out)
     assert sorted(os.listdir(out)) == ["dataset_info.json", "train-00000-of-00001.tfrecord"]
@@ -207,7 +221,16 @@ def test_split_assignment_is_identical_across_reruns_and_runner_modes(tmp):
     lines = [f"{i},{i % 7}\n" for i in range(3000)]
     write_text(tmp / "in" / "a.csv", "id,v\n" + "".join(lines[:1400]))
     write_text(tmp / "in" / "b.csv", "id,v\n" + "".join(lines[1400:]))
-    args = ["--source", "csv", "--input", tmp / "in" / "*.csv", "--splits", "train=0.7,eval=0.2,test=0.1", "--num_shards", "3"]
+    args = [
+        "--source",
+        "csv",
+        "--input",
+        tmp / "in" / "*.csv",
+        "--splits",
+        "train=0.7,eval=0.2,test=0.1",
+        "--num_shards",
+        "3",
+    ]
     run_convert(*args, "--output", tmp / "o1")
     run_convert(*args, "--output", tmp / "o2")
     run_convert(*args, "--output", tmp / "o3", "--direct_running_mode=multi_processing", "--direct_num_workers=2")
@@ -221,7 +244,18 @@ def test_split_assignment_is_identical_across_reruns_and_runner_modes(tmp):
 def test_split_key_keeps_rows_with_the_same_key_together(tmp):
     body = "user,v\n" + "".join(f"u{i % 50},{i}\n" for i in range(2000))
     src = write_text(tmp / "in" / "a.csv", body)
-    run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--splits", "train=0.5,eval=0.5", "--split_key", "user")
+    run_convert(
+        "--source",
+        "csv",
+        "--input",
+        src,
+        "--output",
+        tmp / "out",
+        "--splits",
+        "train=0.5,eval=0.5",
+        "--split_key",
+        "user",
+    )
     train = {r["user"][0] for r in read_examples(tmp / "out", "train")}
     evals = {r["user"][0] for r in read_examples(tmp / "out", "eval")}
     assert train and evals and not train & evals
@@ -230,7 +264,9 @@ def test_split_key_keeps_rows_with_the_same_key_together(tmp):
 
 def test_shard_names_counts_and_gzip(tmp):
     src = write_text(tmp / "in" / "a.csv", "a\n" + "".join(f"{i}\n" for i in range(1000)))
-    info = run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--num_shards", "4", "--compression", "gzip")
+    info = run_convert(
+        "--source", "csv", "--input", src, "--output", tmp / "out", "--num_shards", "4", "--compression", "gzip"
+    )
     names = [s.filename for s in info.split("train").shards]
     assert names == [f"train-0000{i}-of-00004.tfrecord.gz" for i in range(4)]
     assert sum(s.records for s in info.split("train").shards) == 1000
@@ -246,22 +282,40 @@ def test_no_shuffle_keeps_source_order_within_each_shard(tmp):
 
     seen = []
     for shard in info.split("train").shards:
-        values = [tf.train.Example.FromString(r).features.feature["a"].int64_list.value[0]
-                  for r in tf.data.TFRecordDataset(str(tmp / "out" / shard.filename)).as_numpy_iterator()]
+        values = [
+            tf.train.Example.FromString(r).features.feature["a"].int64_list.value[0]
+            for r in tf.data.TFRecordDataset(str(tmp / "out" / shard.filename)).as_numpy_iterator()
+        ]
         assert values == sorted(values)
         seen += values
     assert sorted(seen) == list(range(5000))
     shuffled = run_convert("--source", "csv", "--input", src, "--output", tmp / "o2", "--num_shards", "3")
-    first = [tf.train.Example.FromString(r).features.feature["a"].int64_list.value[0]
-             for r in tf.data.TFRecordDataset(str(tmp / "o2" / shuffled.split("train").shards[0].filename)).as_numpy_iterator()]
+    first = [
+        tf.train.Example.FromString(r).features.feature["a"].int64_list.value[0]
+        for r in tf.data.TFRecordDataset(
+            str(tmp / "o2" / shuffled.split("train").shards[0].filename)
+        ).as_numpy_iterator()
+    ]
     assert first != sorted(first)
 
 
 def test_the_commit_shuffles_each_shard_and_keeps_every_record(tmp):
     """End to end with the default strategy; each strategy is tested directly in test_commit.py."""
     src = write_text(tmp / "in" / "a.csv", "a\n" + "".join(f"{i}\n" for i in range(5000)))
-    info = run_convert("--source", "csv", "--input", src, "--num_shards", "2", "--seed", "3", "--csv_split_mb", "0.005",
-                       "--output", tmp / "merged")  # a few runs per shard: interleaved
+    info = run_convert(
+        "--source",
+        "csv",
+        "--input",
+        src,
+        "--num_shards",
+        "2",
+        "--seed",
+        "3",
+        "--csv_split_mb",
+        "0.005",
+        "--output",
+        tmp / "merged",
+    )  # a few runs per shard: interleaved
     values = [r["a"][0] for r in read_examples(tmp / "merged")]
     assert sorted(values) == list(range(5000)) and values != sorted(values)
     # Well mixed: the first fifth of the output draws on every fifth of the input.
@@ -274,8 +328,17 @@ def test_metadata_records_the_contract(tmp):
     run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--label", "x")
     meta = json.load(open(tmp / "out" / "dataset_info.json"))
     assert meta["format_version"] == 1 and meta["compression"] == "none" and meta["label"] == "x"
-    assert meta["features"][1] == {"name": "y", "dtype": "bytes", "shape": [], "missing": 0, "default": "",
-                                   "role": None, "text": True, "min_length": None, "max_length": None}
+    assert meta["features"][1] == {
+        "name": "y",
+        "dtype": "bytes",
+        "shape": [],
+        "missing": 0,
+        "default": "",
+        "role": None,
+        "text": True,
+        "min_length": None,
+        "max_length": None,
+    }
     assert meta["splits"][0]["records"] == 2 and meta["splits"][0]["shards"][0]["records"] == 2
     assert meta["source"]["format"] == "csv" and meta["source"]["schema"] == "inferred"
     assert meta["source"]["input"].endswith("a.csv") and meta["source"]["files"] == 1

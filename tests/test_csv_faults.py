@@ -51,9 +51,11 @@ def test_unterminated_quote_is_quarantined_by_line_and_the_next_lines_are_read(t
 
 
 def test_quote_left_open_at_the_end_of_the_file_with_quoted_newlines_names_its_line(tmp):
-    body = "a,b\n1,x\n2,\"two\nlines\"\n3,\"opened here\n4,y\n5,z\n"
+    body = 'a,b\n1,x\n2,"two\nlines"\n3,"opened here\n4,y\n5,z\n'
     src = write_text(tmp / "in" / "a.csv", body)
-    with pytest.raises(Exception, match=r"a\.csv: the quote that opens a field on line 5 is not closed by the end of the file"):
+    with pytest.raises(
+        Exception, match=r"a\.csv: the quote that opens a field on line 5 is not closed by the end of the file"
+    ):
         _run(src, tmp / "out", "--allow_quoted_newlines")
 
 
@@ -65,13 +67,16 @@ def test_quoted_newlines_are_opt_in(tmp):
     # By default a quote may not span lines: its line is quarantined, the next is read as a row.
     src = write_text(tmp / "in2" / "a.csv", 'a,b\n1,"two\nlines"\n' + "".join(f"{i},x\n" for i in range(2, 3000)))
     _run(src, tmp / "off")
-    assert [(b["row"], b["kind"]) for b in quarantine_lines(tmp / "off")] == [(2, "unterminated_quote"), (3, "field_count")]
+    assert [(b["row"], b["kind"]) for b in quarantine_lines(tmp / "off")] == [
+        (2, "unterminated_quote"),
+        (3, "field_count"),
+    ]
     assert len(read_examples(tmp / "off")) == 2998
 
 
 def test_literal_quotes_inside_unquoted_fields_are_not_unterminated(tmp):
     # A quote that does not open a field (inch marks) is a plain character, as for pyarrow.
-    lines = ['item,size'] + [f'tv{i},{i}" screen' for i in range(50)] + ['"a ""quoted"" name",7"']
+    lines = ["item,size"] + [f'tv{i},{i}" screen' for i in range(50)] + ['"a ""quoted"" name",7"']
     src = write_text(tmp / "in" / "a.csv", "\n".join(lines) + "\n")
     info = _run(src, tmp / "out")
     assert info.quarantine["records"] == 0
@@ -101,7 +106,9 @@ def test_integers_beyond_int64_make_the_column_text(tmp):
 
 def test_large_integers_with_a_decimal_cell_become_text_not_float32(tmp):
     ids = [123_456_789_000 + i for i in range(3000)]  # float32 would merge them
-    src = write_text(tmp / "in" / "a.csv", "id,small\n" + "".join(f"{v},{i}\n" for i, v in enumerate(ids)) + "1.5,0.5\n")
+    src = write_text(
+        tmp / "in" / "a.csv", "id,small\n" + "".join(f"{v},{i}\n" for i, v in enumerate(ids)) + "1.5,0.5\n"
+    )
     info = _run(src, tmp / "out")
     assert info.feature("id").dtype == "bytes"
     assert info.feature("small").dtype == "float32"  # integers up to 2**24 are exact in float32
@@ -111,7 +118,9 @@ def test_large_integers_with_a_decimal_cell_become_text_not_float32(tmp):
 
 
 def test_leading_zeros_keep_a_column_text_unless_a_type_is_given(tmp):
-    src = write_text(tmp / "in" / "a.csv", "zip,n\n" + "".join(f"{i:05d},{i}\n" for i in range(0, 3000, 11)) + "-012,0\n")
+    src = write_text(
+        tmp / "in" / "a.csv", "zip,n\n" + "".join(f"{i:05d},{i}\n" for i in range(0, 3000, 11)) + "-012,0\n"
+    )
     info = _run(src, tmp / "out")
     assert info.feature("zip").dtype == "bytes" and info.feature("n").dtype == "int64"
     zips = {r["zip"][0] for r in read_examples(tmp / "out")}
@@ -122,12 +131,18 @@ def test_leading_zeros_keep_a_column_text_unless_a_type_is_given(tmp):
 
 
 def test_int64_extremes_are_kept_when_another_cell_of_the_chunk_is_bad(tmp):
-    cells = ["9223372036854775807", "-9223372036854775808", "+5", " 7 ", "0009223372036854775807",
-             "9223372036854775808", "12x"]
+    cells = [
+        "9223372036854775807",
+        "-9223372036854775808",
+        "+5",
+        " 7 ",
+        "0009223372036854775807",
+        "9223372036854775808",
+        "12x",
+    ]
     src = write_text(tmp / "in" / "a.csv", "n\n" + "\n".join(cells) + "\n")
     _run(src, tmp / "out", "--column", "n:int64", "--max_bad_fraction", "0.5")
-    assert sorted(r["n"][0] for r in read_examples(tmp / "out")) == sorted(
-        [2**63 - 1, -(2**63), 5, 7, 2**63 - 1])
+    assert sorted(r["n"][0] for r in read_examples(tmp / "out")) == sorted([2**63 - 1, -(2**63), 5, 7, 2**63 - 1])
     bad = {b["raw"]: b["reason"] for b in quarantine_lines(tmp / "out")}
     assert set(bad) == {"9223372036854775808", "12x"}
     assert re.search(r"'9223372036854775808' is out of int64's range", bad["9223372036854775808"])
@@ -260,7 +275,9 @@ def _scanned_records(data: bytes, multiline: bool, block: int, cap: int):
 
     from beam_jobs._csv_records import RecordReader
 
-    reader = RecordReader(io.BytesIO(data), path="x.csv", delimiter=",", multiline=multiline, block_size=block, max_record_bytes=cap)
+    reader = RecordReader(
+        io.BytesIO(data), path="x.csv", delimiter=",", multiline=multiline, block_size=block, max_record_bytes=cap
+    )
     out = []
     try:
         for r in reader:
@@ -272,19 +289,28 @@ def _scanned_records(data: bytes, multiline: bool, block: int, cap: int):
         assert re.search(r"x\.csv: the quote that opens a field on line \d+ is not closed", str(e))
         return "open"
     # A good record's text runs on to the next one's start (empty lines included).
-    return sorted(((line, text if kind else text.rstrip(b"\r\n"), kind) for line, text, kind in out),
-                  key=lambda r: (r[0], str(r[2])))
+    return sorted(
+        ((line, text if kind else text.rstrip(b"\r\n"), kind) for line, text, kind in out),
+        key=lambda r: (r[0], str(r[2])),
+    )
 
 
 _NOISE = st.binary(max_size=80).map(lambda b: bytes(b'ab,"\r\n\n'[x % 7] for x in b))
 # Mostly well-formed fields (where quote parity alone decides), with the odd stray quote.
-_CELL = st.sampled_from(['a', '"a,b"', '"x""y"', '""', '"\r"', '"l\nm"', '"""', 'c"', '"'])
-_LINES = st.lists(st.tuples(st.lists(_CELL, min_size=1, max_size=3), st.sampled_from(["\n", "\r\n", "\r", ""])), max_size=8)
+_CELL = st.sampled_from(["a", '"a,b"', '"x""y"', '""', '"\r"', '"l\nm"', '"""', 'c"', '"'])
+_LINES = st.lists(
+    st.tuples(st.lists(_CELL, min_size=1, max_size=3), st.sampled_from(["\n", "\r\n", "\r", ""])), max_size=8
+)
 _STRUCTURED = _LINES.map(lambda lines: "".join(",".join(cells) + eol for cells, eol in lines).encode())
 
 
 @settings(max_examples=1500, deadline=None)
-@given(st.one_of(_NOISE, _STRUCTURED), st.booleans(), st.sampled_from([1, 2, 3, 7, 64, 4096]), st.sampled_from([3, 8, 20, 1 << 30]))
+@given(
+    st.one_of(_NOISE, _STRUCTURED),
+    st.booleans(),
+    st.sampled_from([1, 2, 3, 7, 64, 4096]),
+    st.sampled_from([3, 8, 20, 1 << 30]),
+)
 def test_records_are_cut_as_a_byte_by_byte_reference_cuts_them(data, multiline, block, cap):
     expected = _reference_records(data, multiline, cap)
     if expected != "open":

@@ -16,7 +16,9 @@ from tests.conftest import quarantine_lines, read_examples, run_convert
 
 _FIELD = st.one_of(
     st.text(alphabet="abc xyz1", max_size=6),
-    st.text(alphabet='ab,"é\r', max_size=6).map(lambda s: '"' + s.replace('"', '""') + '"'),  # quoted: commas, quotes, CR
+    st.text(alphabet='ab,"é\r', max_size=6).map(
+        lambda s: '"' + s.replace('"', '""') + '"'
+    ),  # quoted: commas, quotes, CR
 )
 
 
@@ -137,9 +139,35 @@ def _corpus(path, rows: int, *, quoted_newline=False, crlf=True, bad_row=None):
 def test_job_reads_ranges_exactly_once_with_crlf_quotes_and_no_final_newline(tmp, caplog):
     src = _corpus(tmp / "in.csv", 3000, bad_row=2500)
     caplog.set_level(logging.INFO, logger="beam_jobs")
-    run_convert("--source", "csv", "--input", src, "--output", tmp / "ranges", "--csv_split_mb", "0.004", "--label", "id", "--max_bad_fraction", "0.01")
+    run_convert(
+        "--source",
+        "csv",
+        "--input",
+        src,
+        "--output",
+        tmp / "ranges",
+        "--csv_split_mb",
+        "0.004",
+        "--label",
+        "id",
+        "--max_bad_fraction",
+        "0.01",
+    )
     assert int(re.search(r"reading (\d+) byte ranges in parallel", caplog.text).group(1)) > 10
-    run_convert("--source", "csv", "--input", src, "--output", tmp / "whole", "--csv_split_mb", "0", "--label", "id", "--max_bad_fraction", "0.01")
+    run_convert(
+        "--source",
+        "csv",
+        "--input",
+        src,
+        "--output",
+        tmp / "whole",
+        "--csv_split_mb",
+        "0",
+        "--label",
+        "id",
+        "--max_bad_fraction",
+        "0.01",
+    )
     ranged, whole = read_examples(tmp / "ranges"), read_examples(tmp / "whole")
     ids = sorted(e["id"][0] for e in ranged)
     assert ids == sorted(e["id"][0] for e in whole) == [i for i in range(3000) if i != 2499]
@@ -152,8 +180,19 @@ def test_job_reads_ranges_exactly_once_with_crlf_quotes_and_no_final_newline(tmp
 def test_job_reads_a_file_with_newlines_in_quotes_whole_and_says_so(tmp, caplog):
     src = _corpus(tmp / "in.csv", 3000, quoted_newline=True, crlf=False)
     caplog.set_level(logging.INFO, logger="beam_jobs")
-    run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--csv_split_mb", "0.004", "--label", "id",
-                "--allow_quoted_newlines")
+    run_convert(
+        "--source",
+        "csv",
+        "--input",
+        src,
+        "--output",
+        tmp / "out",
+        "--csv_split_mb",
+        "0.004",
+        "--label",
+        "id",
+        "--allow_quoted_newlines",
+    )
     assert "newline inside a quoted field" in caplog.text and "reading it whole" in caplog.text
     examples = read_examples(tmp / "out")
     assert sorted(e["id"][0] for e in examples) == list(range(3000))
@@ -163,8 +202,20 @@ def test_job_reads_a_file_with_newlines_in_quotes_whole_and_says_so(tmp, caplog)
 @pytest.mark.slow
 def test_ranges_spread_over_two_worker_processes(tmp):
     src = _corpus(tmp / "in.csv", 20000)
-    run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--csv_split_mb", "0.05", "--label", "id",
-                "--direct_running_mode=multi_processing", "--direct_num_workers=2")
+    run_convert(
+        "--source",
+        "csv",
+        "--input",
+        src,
+        "--output",
+        tmp / "out",
+        "--csv_split_mb",
+        "0.05",
+        "--label",
+        "id",
+        "--direct_running_mode=multi_processing",
+        "--direct_num_workers=2",
+    )
     ids = sorted(e["id"][0] for e in read_examples(tmp / "out"))
     assert ids == list(range(20000))
 

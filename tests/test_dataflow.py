@@ -35,7 +35,14 @@ def test_job_translates_to_dataflow_with_every_stage(tmp):
     cfg = convert.make_config(args, options)
     result = convert.build_pipeline(cfg, options).run()
     steps = {t.unique_name for t in result.job.proto_pipeline.components.transforms.values()}
-    for stage in ("Convert/CountTypes", "Convert/ConvertFiles", "Convert/GroupFragments", "Convert/CommitShards", "Convert/MergeStats", "Convert/Finalize"):
+    for stage in (
+        "Convert/CountTypes",
+        "Convert/ConvertFiles",
+        "Convert/GroupFragments",
+        "Convert/CommitShards",
+        "Convert/MergeStats",
+        "Convert/Finalize",
+    ):
         assert any(name.startswith(stage) for name in steps), stage
     assert result.job.options.view_as(PipelineOptions).get_all_options()["project"] == "test-project"
 
@@ -113,8 +120,11 @@ def test_setup_file_stages_an_sdist_with_both_packages(tmp):
 
 @pytest.mark.slow
 def test_extra_package_stages_a_built_wheel(tmp):
-    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp / "dist"), str(REPO)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp / "dist"), str(REPO)],
+        check=True,
+        capture_output=True,
+    )
     (wheel,) = (tmp / "dist").glob("ingest-*.whl")
     with zipfile.ZipFile(wheel) as z:
         assert {"beam_jobs/convert.py", "ingest/contract.py"} <= set(z.namelist())

@@ -25,8 +25,9 @@ HEAVY = ("tensorflow", "matplotlib")
 
 def _python(code: str, *, blocked=()) -> subprocess.CompletedProcess:
     prelude = "import sys\n" + "".join(f"sys.modules[{name!r}] = None\n" for name in blocked)
-    return subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)],
-                          capture_output=True, text=True, cwd=REPO, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", prelude + textwrap.dedent(code)], capture_output=True, text=True, cwd=REPO, check=False
+    )
 
 
 def _last_line(proc: subprocess.CompletedProcess) -> str:
@@ -52,27 +53,34 @@ def test_every_conversion_module_imports_without_loading_tensorflow_or_matplotli
 
 def test_conversion_runs_where_tensorflow_and_matplotlib_cannot_be_imported(tmp_path):
     (tmp_path / "a.csv").write_text("x,y\n1,a\n2,b\n3,c\n")
-    proc = _python(f"""
+    proc = _python(
+        f"""
         from beam_jobs import convert
         info = convert.run(["--source", "csv", "--input", {str(tmp_path / "a.csv")!r},
                             "--output", {str(tmp_path / "out")!r}, "--label", "x"])
         print(sum(s.records for s in info.splits))
-    """, blocked=HEAVY)
+    """,
+        blocked=HEAVY,
+    )
     assert _last_line(proc) == "3"
     assert (tmp_path / "out" / "dataset_info.json").exists()
 
 
 def test_import_ingest_without_tensorflow_keeps_the_contract():
-    proc = _python("""
+    proc = _python(
+        """
         import ingest
         from ingest import contract
         print(ingest.DatasetInfo is contract.DatasetInfo, ingest.FeatureSpec is contract.FeatureSpec)
-    """, blocked=["tensorflow"])
+    """,
+        blocked=["tensorflow"],
+    )
     assert _last_line(proc) == "True True"
 
 
 def test_every_public_name_resolves_or_names_the_tf_install_command_without_tensorflow():
-    proc = _python("""
+    proc = _python(
+        """
         import json
         import ingest
         out = {}
@@ -83,31 +91,41 @@ def test_every_public_name_resolves_or_names_the_tf_install_command_without_tens
             except ImportError as e:
                 out[name] = f"{type(e).__name__}: {e}"
         print(json.dumps(out))
-    """, blocked=["tensorflow"])
+    """,
+        blocked=["tensorflow"],
+    )
     result = json.loads(_last_line(proc))
     assert set(result) == set(ingest.__all__)
     for name, outcome in result.items():
         # A plain ImportError (not the bare ModuleNotFoundError) that names the call and the command.
-        assert outcome == "ok" or outcome == (f"ImportError: ingest.{name} needs TensorFlow, which is not "
-                                              "installed. Install it with: pip install 'ingest[tf]'"), (name, outcome)
+        assert outcome == "ok" or outcome == (
+            f"ImportError: ingest.{name} needs TensorFlow, which is not "
+            "installed. Install it with: pip install 'ingest[tf]'"
+        ), (name, outcome)
     assert result["make_dataset"] != "ok" and result["DatasetInfo"] == "ok"
 
 
 def test_from_import_of_make_dataset_without_tensorflow_raises_with_the_install_command():
-    proc = _python("""
+    proc = _python(
+        """
         try:
             from ingest import make_dataset
         except ImportError as e:
             print(type(e).__name__, "|", e, "|", type(e.__cause__).__name__, e.__cause__.name)
-    """, blocked=["tensorflow"])
-    assert _last_line(proc) == ("ImportError | ingest.make_dataset needs TensorFlow, which is not installed. "
-                                "Install it with: pip install 'ingest[tf]' | ModuleNotFoundError tensorflow")
+    """,
+        blocked=["tensorflow"],
+    )
+    assert _last_line(proc) == (
+        "ImportError | ingest.make_dataset needs TensorFlow, which is not installed. "
+        "Install it with: pip install 'ingest[tf]' | ModuleNotFoundError tensorflow"
+    )
 
 
 def test_calls_that_import_tensorflow_late_name_the_install_command(tmp_path):
     # diagnose and measure_idle load without TensorFlow (their modules hold pure parts too)
     # and need it only when called.
-    proc = _python(f"""
+    proc = _python(
+        f"""
         import ingest
         for call in (lambda: ingest.diagnose({str(tmp_path)!r}, step_time_ms=10),
                      lambda: ingest.measure_idle([[1, 2]], step_time_ms=0, warmup_steps=0)):
@@ -115,7 +133,9 @@ def test_calls_that_import_tensorflow_late_name_the_install_command(tmp_path):
                 call()
             except ImportError as e:
                 print(e)
-    """, blocked=["tensorflow"])
+    """,
+        blocked=["tensorflow"],
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines() == [
         f"ingest.{name} needs TensorFlow, which is not installed. Install it with: pip install 'ingest[tf]'"
@@ -123,29 +143,40 @@ def test_calls_that_import_tensorflow_late_name_the_install_command(tmp_path):
     ]
 
 
-@pytest.mark.parametrize("command", [
-    ["diagnose", "somewhere", "--step_time_ms", "10"],
-    ["service", "dispatcher", "--port", "0"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["diagnose", "somewhere", "--step_time_ms", "10"],
+        ["service", "dispatcher", "--port", "0"],
+    ],
+)
 def test_the_ingest_command_without_tensorflow_prints_the_install_command(command):
-    proc = _python(f"""
+    proc = _python(
+        f"""
         import runpy
         sys.argv = ["ingest", *{command!r}]
         runpy.run_module("ingest", run_name="__main__", alter_sys=True)
-    """, blocked=["tensorflow"])
+    """,
+        blocked=["tensorflow"],
+    )
     assert proc.returncode == 1
-    assert proc.stderr.strip() == (f"error: `ingest {command[0]}` needs TensorFlow, which is not installed. "
-                                   "Install it with: pip install 'ingest[tf]'")
+    assert proc.stderr.strip() == (
+        f"error: `ingest {command[0]}` needs TensorFlow, which is not installed. "
+        "Install it with: pip install 'ingest[tf]'"
+    )
 
 
 def test_a_broken_module_inside_ingest_is_not_reported_as_tensorflow_missing():
-    proc = _python("""
+    proc = _python(
+        """
         import ingest
         try:
             ingest.make_dataset
         except ModuleNotFoundError as e:
             print(type(e).__name__, e.name)
-    """, blocked=["ingest._dataset"])
+    """,
+        blocked=["ingest._dataset"],
+    )
     assert _last_line(proc) == "ModuleNotFoundError ingest._dataset"
 
 
@@ -159,18 +190,26 @@ def test_only_tensorflow_itself_counts_as_tensorflow_missing():
     assert not is_missing(ModuleNotFoundError("no name given"), "tensorflow")
 
 
-@pytest.mark.parametrize("argv", [
-    ["benchmarks.main_job", "--out", "{tmp}/main"],
-    ["benchmarks", "--quick", "--out", "{tmp}/suite", "--workdir", "{tmp}/data"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["benchmarks.main_job", "--out", "{tmp}/main"],
+        ["benchmarks", "--quick", "--out", "{tmp}/suite", "--workdir", "{tmp}/data"],
+    ],
+)
 def test_benchmarks_without_matplotlib_stop_before_any_work_with_the_install_command(tmp_path, argv):
     module, *args = [a.format(tmp=tmp_path) for a in argv]
-    proc = _python(f"""
+    proc = _python(
+        f"""
         import runpy
         sys.argv = [{module!r}, *{args!r}]
         runpy.run_module({module!r}, run_name="__main__", alter_sys=True)
-    """, blocked=["matplotlib"])
+    """,
+        blocked=["matplotlib"],
+    )
     assert proc.returncode != 0
-    assert ("ImportError: the benchmarks' plots need matplotlib, which is not installed. "
-            "Install it with: pip install 'ingest[plot]'") in proc.stderr
+    assert (
+        "ImportError: the benchmarks' plots need matplotlib, which is not installed. "
+        "Install it with: pip install 'ingest[plot]'"
+    ) in proc.stderr
     assert list(tmp_path.iterdir()) == []  # no corpus generated, nothing converted

@@ -17,7 +17,9 @@ from beam_jobs._tfrecord import TFRecordError, iter_frames
 
 _I64 = st.integers(-(2**63), 2**63 - 1)
 _F32 = st.floats(width=32, allow_nan=True, allow_infinity=True)
-_BYTES = st.one_of(st.binary(max_size=40), st.text(max_size=20).map(lambda s: s.encode("utf-8")), st.just(b"x" * 300), st.just(b""))
+_BYTES = st.one_of(
+    st.binary(max_size=40), st.text(max_size=20).map(lambda s: s.encode("utf-8")), st.just(b"x" * 300), st.just(b"")
+)
 _VALUES = {"int64": _I64, "float32": _F32, "bytes": _BYTES}
 _ARROW = {"int64": pa.int64(), "float32": pa.float32(), "bytes": pa.large_binary()}
 
@@ -97,7 +99,10 @@ def test_encoded_records_equal_protobuf_encoding(batch, framed):
     for got, want in zip(records, expected):
         assert _same(tf.train.Example.FromString(got), want)
     # And TensorFlow's own parser reads them.
-    specs = {name: tf.io.VarLenFeature({"int64": tf.int64, "float32": tf.float32, "bytes": tf.string}[d]) for name, d, _ in columns}
+    specs = {
+        name: tf.io.VarLenFeature({"int64": tf.int64, "float32": tf.float32, "bytes": tf.string}[d])
+        for name, d, _ in columns
+    }
     tf.io.parse_example(records, specs)
 
 
@@ -112,7 +117,14 @@ def test_edge_values_round_trip_through_parse_example():
 
 
 def _check_edge_values(records):
-    parsed = tf.io.parse_example(records, {"i": tf.io.FixedLenFeature([], tf.int64), "f": tf.io.FixedLenFeature([], tf.float32), "s": tf.io.FixedLenFeature([], tf.string)})
+    parsed = tf.io.parse_example(
+        records,
+        {
+            "i": tf.io.FixedLenFeature([], tf.int64),
+            "f": tf.io.FixedLenFeature([], tf.float32),
+            "s": tf.io.FixedLenFeature([], tf.string),
+        },
+    )
     assert parsed["i"].numpy().tolist() == [0, -1, 2**63 - 1, -(2**63), 127, 128]
     f = parsed["f"].numpy()
     assert f[2] == np.inf and f[3] == -np.inf and np.isnan(f[4]) and np.signbit(f[1])
@@ -125,8 +137,10 @@ def test_framing_is_what_tfrecord_reader_expects(tmp_path):
     framed = buf.tobytes()
     path = tmp_path / "x.tfrecord"
     path.write_bytes(framed)
-    values = [tf.train.Example.FromString(r).features.feature["v"].int64_list.value[0]
-              for r in tf.data.TFRecordDataset(str(path)).as_numpy_iterator()]
+    values = [
+        tf.train.Example.FromString(r).features.feature["v"].int64_list.value[0]
+        for r in tf.data.TFRecordDataset(str(path)).as_numpy_iterator()
+    ]
     assert values == list(range(50))
     assert len(list(iter_frames(framed, verify=True))) == 50
     with pytest.raises(TFRecordError, match="truncated"):

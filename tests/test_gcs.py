@@ -34,7 +34,8 @@ def gcs(tmp_path_factory):
     client = emulator.client()
     client.create_bucket("bkt")
     client.bucket("bkt").blob("raw/part-0.csv").upload_from_string(
-        "id,x,label\n" + "".join(f"{i},{i * 0.25},{i % 3}\n" for i in range(ROWS)))
+        "id,x,label\n" + "".join(f"{i},{i * 0.25},{i % 3}\n" for i in range(ROWS))
+    )
     yield emulator
     patch.undo()
     emulator.stop()
@@ -42,8 +43,20 @@ def gcs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def converted(gcs):
-    info = run_convert("--source", "csv", "--input", "gs://bkt/raw/*.csv", "--output", "gs://bkt/ds",
-                       "--label", "label", "--num_shards", "4", "--splits", "train=0.9,eval=0.1")
+    info = run_convert(
+        "--source",
+        "csv",
+        "--input",
+        "gs://bkt/raw/*.csv",
+        "--output",
+        "gs://bkt/ds",
+        "--label",
+        "label",
+        "--num_shards",
+        "4",
+        "--splits",
+        "train=0.9,eval=0.1",
+    )
     return info
 
 
@@ -65,8 +78,14 @@ def test_runtime_reads_gcs_and_a_model_trains_from_it(converted):
         ids.extend(features["id"].numpy().tolist())
     assert sorted(ids) == list(range(ROWS))
 
-    ds = ingest.make_dataset("gs://bkt/ds", batch_size=64, features=["x"], label="label", num_epochs=None,
-                             preprocess=lambda f, y: (f["x"][:, None], y))
+    ds = ingest.make_dataset(
+        "gs://bkt/ds",
+        batch_size=64,
+        features=["x"],
+        label="label",
+        num_epochs=None,
+        preprocess=lambda f, y: (f["x"][:, None], y),
+    )
     model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(3)])
     model.compile("sgd", tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     history = model.fit(ds, steps_per_epoch=5, epochs=1, verbose=0)
@@ -82,9 +101,18 @@ def test_images_from_a_manifest_of_gcs_paths(gcs, tmp_path):
         Image.new("RGB", (20 + i, 10), (i * 40, 0, 0)).save(buf, "PNG")
         bucket.blob(f"img/{i}.png").upload_from_string(buf.getvalue())
     bucket.blob("img/manifest.csv").upload_from_string(
-        "path,label\n0.png,a\n1.png,b\ngs://bkt/img/2.png,a\nmissing.png,b\n")
-    info = run_convert("--source", "images", "--input", "gs://bkt/img/manifest.csv", "--output", "gs://bkt/img-ds",
-                       "--max_bad_fraction", "0.5")
+        "path,label\n0.png,a\n1.png,b\ngs://bkt/img/2.png,a\nmissing.png,b\n"
+    )
+    info = run_convert(
+        "--source",
+        "images",
+        "--input",
+        "gs://bkt/img/manifest.csv",
+        "--output",
+        "gs://bkt/img-ds",
+        "--max_bad_fraction",
+        "0.5",
+    )
     assert info.split("train").records == 3 and info.quarantine["reasons"] == {"unreadable": 1}
     images, labels = next(iter(ingest.make_dataset("gs://bkt/img-ds", batch_size=3, image_size=(8, 8), training=False)))
     assert images.shape == (3, 8, 8, 3) and sorted(labels.numpy().tolist()) == [0, 0, 1]
@@ -99,7 +127,9 @@ def test_missing_bucket_and_missing_dataset_name_the_path(gcs):
 
 def test_permission_denied_is_a_clear_error(gcs):
     # IAM is not emulated: the TLS relay answers 403 for this bucket, as GCS would.
-    with pytest.raises(PermissionError, match=r"(?s)permission denied reading the dataset at gs://forbidden/ds: .*403.*objectViewer"):
+    with pytest.raises(
+        PermissionError, match=r"(?s)permission denied reading the dataset at gs://forbidden/ds: .*403.*objectViewer"
+    ):
         ingest.load_info("gs://forbidden/ds")
     with pytest.raises(PermissionError, match="gs://forbidden/ds"):
         ingest.make_dataset("gs://forbidden/ds", batch_size=8)
@@ -127,8 +157,12 @@ def test_server_going_away_mid_read_fails_in_bounded_time(gcs, tmp_path):
     local = tmp_path / "big.csv"
     local.write_text("id,blob\n" + "".join(f"{i},{blob}\n" for i in range(12000)))
     run_convert("--source", "csv", "--input", local, "--output", "gs://bkt/big", "--num_shards", "2")
-    ds = ingest.make_dataset("gs://bkt/big", batch_size=16, shuffle=False,
-                             options=ingest.PipelineOptions(read_buffer_bytes=65536, prefetch=1))
+    ds = ingest.make_dataset(
+        "gs://bkt/big",
+        batch_size=16,
+        shuffle=False,
+        options=ingest.PipelineOptions(read_buffer_bytes=65536, prefetch=1),
+    )
     outcome = {}
 
     def consume():

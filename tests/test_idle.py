@@ -47,7 +47,9 @@ def test_without_prefetch_the_load_adds_to_the_step():
 
 def test_report_summary_and_distributions():
     steps = iter(np.random.default_rng(0).uniform(5, 15, size=1000))
-    report = ingest.measure_idle(_paced(30, per_batch_ms=1, prefetch=True), step_time_ms=lambda i: next(steps), warmup_steps=5)
+    report = ingest.measure_idle(
+        _paced(30, per_batch_ms=1, prefetch=True), step_time_ms=lambda i: next(steps), warmup_steps=5
+    )
     s = report.summary()
     assert s["steps"] == 25 and 5 <= s["step_time_ms"] <= 16
     assert s["examples_per_sec"] > 0 and s["wait_p99_ms"] >= s["wait_p50_ms"] >= 0

@@ -95,7 +95,9 @@ def test_folder_tree_keeps_original_bytes_and_labels(tmp):
 
 def test_reencode_jpeg_orients_and_converts_every_mode_to_rgb(tmp):
     made = _every_format(tmp / "in")
-    info = run_convert("--source", "images", "--input", tmp / "in", "--output", tmp / "ds", "--reencode", "jpeg", "--quality", "85")
+    info = run_convert(
+        "--source", "images", "--input", tmp / "in", "--output", tmp / "ds", "--reencode", "jpeg", "--quality", "85"
+    )
     records = _by_name(tmp / "ds")
     assert set(records) == set(made)
     for rel, r in records.items():
@@ -151,13 +153,28 @@ def test_every_bad_image_goes_to_quarantine_and_good_ones_are_written(tmp):
     (tmp / "in" / "bad" / "corrupt.png").write_bytes(bytes(corrupt))
     _save(_rgb(100, 100), tmp / "in" / "bad" / "huge.png", "PNG")
     (tmp / "in" / "ok" / "notes.txt").write_text("not listed: no image extension")
-    info = run_convert("--source", "images", "--input", tmp / "in", "--output", tmp / "ds",
-                       "--max_pixels", "9999", "--max_bad_fraction", "0.5")
+    info = run_convert(
+        "--source",
+        "images",
+        "--input",
+        tmp / "in",
+        "--output",
+        tmp / "ds",
+        "--max_pixels",
+        "9999",
+        "--max_bad_fraction",
+        "0.5",
+    )
     records = _by_name(tmp / "ds")
     assert {k: v["image/encoded"] for k, v in records.items()} == {k: [v] for k, v in good.items()}
     kinds = {os.path.basename(q["source"]): q["kind"] for q in quarantine_lines(tmp / "ds")}
-    assert kinds == {"truncated.jpg": "corrupt", "text.png": "not_image", "empty.jpg": "empty",
-                     "corrupt.png": "corrupt", "huge.png": "too_large"}
+    assert kinds == {
+        "truncated.jpg": "corrupt",
+        "text.png": "not_image",
+        "empty.jpg": "empty",
+        "corrupt.png": "corrupt",
+        "huge.png": "too_large",
+    }
     reasons = {os.path.basename(q["source"]): q["reason"] for q in quarantine_lines(tmp / "ds")}
     assert "truncated" in reasons["truncated.jpg"]
     assert "--max_pixels" in reasons["huge.png"]
@@ -176,15 +193,31 @@ def test_too_many_bad_images_fail_the_job_and_leave_no_dataset(tmp):
 def _manifest_corpus(tmp):
     for i in range(4):
         _save(_rgb(), tmp / "in" / "img" / f"{i}.png", "PNG")
-    rows = [("img/0.png", "dog", 0.5), ("img/1.png", "cat", 1.5), (str(tmp / "in" / "img" / "2.png"), "10", 2.5),
-            ("img/3.png", "", 3.5), ("img/missing.png", "cat", 4.5)]
+    rows = [
+        ("img/0.png", "dog", 0.5),
+        ("img/1.png", "cat", 1.5),
+        (str(tmp / "in" / "img" / "2.png"), "10", 2.5),
+        ("img/3.png", "", 3.5),
+        ("img/missing.png", "cat", 4.5),
+    ]
     return rows
 
 
 def test_csv_manifest_with_extras_relative_paths_and_bad_rows(tmp):
     rows = _manifest_corpus(tmp)
-    write_text(tmp / "in" / "manifest.csv", "path,label,weight\n" + "".join(f"{p},{l},{w}\n" for p, l, w in rows))
-    info = run_convert("--source", "images", "--input", tmp / "in" / "manifest.csv", "--output", tmp / "ds", "--max_bad_fraction", "0.5")
+    write_text(
+        tmp / "in" / "manifest.csv", "path,label,weight\n" + "".join(f"{p},{label},{w}\n" for p, label, w in rows)
+    )
+    info = run_convert(
+        "--source",
+        "images",
+        "--input",
+        tmp / "in" / "manifest.csv",
+        "--output",
+        tmp / "ds",
+        "--max_bad_fraction",
+        "0.5",
+    )
     assert info.labels == ("10", "cat", "dog")
     assert info.feature("weight").dtype == "float32"
     records = sorted(read_examples(tmp / "ds"), key=lambda r: r["weight"])
@@ -197,9 +230,21 @@ def test_csv_manifest_with_extras_relative_paths_and_bad_rows(tmp):
 
 def test_parquet_manifest_with_named_columns(tmp):
     rows = _manifest_corpus(tmp)[:3]
-    pq.write_table(pa.table({"file": [p for p, _, _ in rows], "cls": [7, 3, 12], "id": [1, 2, 3]}), tmp / "in" / "m.parquet")
-    info = run_convert("--source", "images", "--input", tmp / "in" / "m.parquet", "--output", tmp / "ds",
-                       "--path_column", "file", "--label", "cls")
+    pq.write_table(
+        pa.table({"file": [p for p, _, _ in rows], "cls": [7, 3, 12], "id": [1, 2, 3]}), tmp / "in" / "m.parquet"
+    )
+    info = run_convert(
+        "--source",
+        "images",
+        "--input",
+        tmp / "in" / "m.parquet",
+        "--output",
+        tmp / "ds",
+        "--path_column",
+        "file",
+        "--label",
+        "cls",
+    )
     assert info.labels == ("3", "7", "12")  # numeric class names sort as numbers
     got = sorted((r["id"][0], r["image/class/label"][0]) for r in read_examples(tmp / "ds"))
     assert got == [(1, 1), (2, 0), (3, 2)]
@@ -242,12 +287,24 @@ def image_dataset(tmp_path_factory):
 
 
 @pytest.mark.parametrize("training", [True, False])
-@pytest.mark.parametrize("dtype,normalize,low,high", [
-    ("uint8", None, 0, 255), ("float32", "default", 0.0, 1.0), ("bfloat16", "imagenet", -2.2, 2.7),
-])
+@pytest.mark.parametrize(
+    "dtype,normalize,low,high",
+    [
+        ("uint8", None, 0, 255),
+        ("float32", "default", 0.0, 1.0),
+        ("bfloat16", "imagenet", -2.2, 2.7),
+    ],
+)
 def test_image_batches_have_the_requested_shape_dtype_and_range(image_dataset, training, dtype, normalize, low, high):
-    ds = ingest.make_dataset(image_dataset, batch_size=8, image_size=(24, 40), training=training,
-                             image_dtype=dtype, normalize=normalize, seed=3)
+    ds = ingest.make_dataset(
+        image_dataset,
+        batch_size=8,
+        image_size=(24, 40),
+        training=training,
+        image_dtype=dtype,
+        normalize=normalize,
+        seed=3,
+    )
     total = 0
     for images, labels in ds:
         assert images.shape[1:] == (24, 40, 3) and images.dtype == tf.as_dtype(dtype)
@@ -261,7 +318,12 @@ def test_image_batches_have_the_requested_shape_dtype_and_range(image_dataset, t
 def test_grayscale_channels(image_dataset):
     # The whole epoch: the corpus holds a CMYK JPEG, which libjpeg cannot decode to grayscale.
     for training in (True, False):
-        shapes = [images.shape[1:] for images, _ in ingest.make_dataset(image_dataset, batch_size=4, image_size=(16, 16), channels=1, training=training)]
+        shapes = [
+            images.shape[1:]
+            for images, _ in ingest.make_dataset(
+                image_dataset, batch_size=4, image_size=(16, 16), channels=1, training=training
+            )
+        ]
         assert shapes and set(shapes) == {(16, 16, 1)}
 
 
@@ -281,7 +343,13 @@ def test_eval_takes_the_central_crop(tmp):
     _save(Image.fromarray(arr), tmp / "in" / "x" / "framed.png", "PNG")
     _save(Image.fromarray(arr), tmp / "in" / "x" / "framed.jpg", "JPEG", quality=100, subsampling=0)
     run_convert("--source", "images", "--input", tmp / "in", "--output", tmp / "ds")
-    images, _ = next(iter(ingest.make_dataset(tmp / "ds", batch_size=2, image_size=(20, 20), training=False, image_dtype="uint8", shuffle=False)))
+    images, _ = next(
+        iter(
+            ingest.make_dataset(
+                tmp / "ds", batch_size=2, image_size=(20, 20), training=False, image_dtype="uint8", shuffle=False
+            )
+        )
+    )
     for image in images.numpy():  # 87.5% of 100 = 87 pixels from 7 in: the border is cut off
         assert image[..., 1].min() > 200 and image[..., 0].max() < 60
 
@@ -291,14 +359,25 @@ def _foreign_image_dataset(tmp, encoded_images):
     os.makedirs(tmp / "ds")
     with tf.io.TFRecordWriter(str(tmp / "ds" / "train-00000-of-00001.tfrecord")) as w:
         for i, data in enumerate(encoded_images):
-            ex = tf.train.Example(features=tf.train.Features(feature={
-                "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[data])),
-                "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[i])),
-            }))
+            ex = tf.train.Example(
+                features=tf.train.Features(
+                    feature={
+                        "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[data])),
+                        "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[i])),
+                    }
+                )
+            )
             w.write(ex.SerializeToString())
     info = ingest.DatasetInfo(
-        features=(ingest.FeatureSpec("image/encoded", "bytes", role="image"), ingest.FeatureSpec("image/class/label", "int64", role="label")),
-        splits=(ingest.contract.SplitInfo("train", (ingest.contract.ShardInfo("train-00000-of-00001.tfrecord", len(encoded_images), 1),)),),
+        features=(
+            ingest.FeatureSpec("image/encoded", "bytes", role="image"),
+            ingest.FeatureSpec("image/class/label", "int64", role="label"),
+        ),
+        splits=(
+            ingest.contract.SplitInfo(
+                "train", (ingest.contract.ShardInfo("train-00000-of-00001.tfrecord", len(encoded_images), 1),)
+            ),
+        ),
         label="image/class/label",
         image={"feature": "image/encoded"},
     )
@@ -313,7 +392,11 @@ def test_undecodable_image_at_read_time_fails_or_is_skipped(tmp):
     with pytest.raises(tf.errors.InvalidArgumentError):
         for _ in ingest.make_dataset(path, batch_size=1, image_size=(8, 8), shuffle=False):
             pass
-    labels = [int(y) for _, ys in ingest.make_dataset(path, batch_size=1, image_size=(8, 8), shuffle=False, skip_corrupt=True) for y in ys]
+    labels = [
+        int(y)
+        for _, ys in ingest.make_dataset(path, batch_size=1, image_size=(8, 8), shuffle=False, skip_corrupt=True)
+        for y in ys
+    ]
     assert sorted(labels) == [0, 2]
 
 
@@ -344,7 +427,15 @@ def test_large_jpeg_windows_decoded_at_reduced_scale_match_the_full_decode(tmp, 
     outputs = []
     for fmt in ("jpeg", "png"):
         run_convert("--source", "images", "--input", tmp / fmt, "--output", tmp / f"ds-{fmt}")
-        ds = ingest.make_dataset(tmp / f"ds-{fmt}", batch_size=1, image_size=(64, 64), training=training, seed=11, num_epochs=8, image_dtype="uint8")
+        ds = ingest.make_dataset(
+            tmp / f"ds-{fmt}",
+            batch_size=1,
+            image_size=(64, 64),
+            training=training,
+            seed=11,
+            num_epochs=8,
+            image_dtype="uint8",
+        )
         outputs.append(np.concatenate([x.numpy() for x, _ in ds]).astype(np.float32))
     jpeg, png = outputs  # same seeds: the same windows; JPEG ones go through DCT scaling, PNG ones do not
     assert jpeg.shape == png.shape == (8, 64, 64, 3)
@@ -372,7 +463,10 @@ def test_symlink_loops_and_dangling_links_go_to_quarantine_as_unreadable(tmp):
     info = run_convert("--source", "images", "--input", tmp / "in", "--output", tmp / "ds", "--max_bad_fraction", "0.9")
     records = _by_name(tmp / "ds")
     assert {k: v["image/encoded"] for k, v in records.items()} == {
-        **{k: [v] for k, v in good.items()}, "bird/b.png": [elsewhere], "cat/alias.jpg": [good["cat/0.jpg"]]}
+        **{k: [v] for k, v in good.items()},
+        "bird/b.png": [elsewhere],
+        "cat/alias.jpg": [good["cat/0.jpg"]],
+    }
     bad = {q["raw"]: q for q in quarantine_lines(tmp / "ds")}
     assert set(bad) == {"cat/self.jpg", "cat/ping.jpg", "cat/pong.jpg", "cat/dangling.jpg", "dog"}
     assert {q["kind"] for q in bad.values()} == {"unreadable"}
@@ -387,10 +481,17 @@ def test_symlink_loops_and_dangling_links_go_to_quarantine_as_unreadable(tmp):
 def test_manifest_extra_values_that_do_not_fit_quarantine_their_image(tmp):
     for i in range(3):
         _save(_rgb(), tmp / "in" / f"{i}.png", "PNG")
-    manifest = pa.table({"path": [f"{i}.png" for i in range(3)], "label": ["a", "b", "a"],
-                         "uid": pa.array([1, 2**64 - 1, 3], pa.uint64())})
+    manifest = pa.table(
+        {
+            "path": [f"{i}.png" for i in range(3)],
+            "label": ["a", "b", "a"],
+            "uid": pa.array([1, 2**64 - 1, 3], pa.uint64()),
+        }
+    )
     pq.write_table(manifest, tmp / "in" / "m.parquet")
-    info = run_convert("--source", "images", "--input", tmp / "in" / "m.parquet", "--output", tmp / "ds", "--max_bad_fraction", "0.5")
+    info = run_convert(
+        "--source", "images", "--input", tmp / "in" / "m.parquet", "--output", tmp / "ds", "--max_bad_fraction", "0.5"
+    )
     assert sorted(r["uid"][0] for r in read_examples(tmp / "ds")) == [1, 3]
     [bad] = quarantine_lines(tmp / "ds")
     assert bad["kind"] == "type" and bad["raw"] == "1.png" and "18446744073709551615" in bad["reason"]

@@ -18,14 +18,26 @@ ROWS = 1000
 @pytest.mark.slow
 def test_two_workers_see_every_record_exactly_once_and_train(tmp):
     write_text(tmp / "in.csv", "id,x,label\n" + "".join(f"{i},{i / ROWS},{i % 3}\n" for i in range(ROWS)))
-    run_convert("--source", "csv", "--input", tmp / "in.csv", "--output", tmp / "ds", "--label", "label", "--num_shards", "4")
+    run_convert(
+        "--source", "csv", "--input", tmp / "in.csv", "--output", tmp / "ds", "--label", "label", "--num_shards", "4"
+    )
     workers = [f"127.0.0.1:{free_port()}" for _ in range(2)]
     procs = []
     for index in range(2):
-        env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}),
-               "CUDA_VISIBLE_DEVICES": ""}
-        procs.append(subprocess.Popen([sys.executable, "-m", "tests.multiworker_main", str(tmp / "ds"), str(tmp / f"w{index}.json")],
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        env = {
+            **os.environ,
+            "TF_CONFIG": json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}),
+            "CUDA_VISIBLE_DEVICES": "",
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "tests.multiworker_main", str(tmp / "ds"), str(tmp / f"w{index}.json")],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     outputs = []
     try:
         for p in procs:

@@ -4,8 +4,8 @@ is retry-safe, concurrent jobs are refused, and a failed command prints one erro
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -45,7 +45,13 @@ def _dead_pid() -> int:
 
 def _marker(out, job: str, **fields) -> str:
     temp = out / (contract.TEMP_PREFIX + job)
-    marker = {"job_id": job, "started": time.time(), "host": socket.gethostname(), "pid": os.getpid(), "state": "running"}
+    marker = {
+        "job_id": job,
+        "started": time.time(),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "state": "running",
+    }
     write_text(temp / _output.JOB_FILE, json.dumps({**marker, **fields}))
     write_text(temp / "fragments" / "x.tfrecord", "partial")
     return str(temp)
@@ -53,18 +59,24 @@ def _marker(out, job: str, **fields) -> str:
 
 def _cli(*args, env_extra=None) -> subprocess.CompletedProcess:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env_extra or {})}
-    return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, *map(str, args)], capture_output=True, text=True, cwd=REPO, env=env, timeout=300
+    )
 
 
 # --- item 13: files the job did not write ------------------------------------------------
 
 
-@pytest.mark.parametrize("foreign", ["train-00000-of-00003.tfrecord", "quarantine/part-00000-of-00001.jsonl", "notes.txt"])
+@pytest.mark.parametrize(
+    "foreign", ["train-00000-of-00003.tfrecord", "quarantine/part-00000-of-00001.jsonl", "notes.txt"]
+)
 def test_foreign_files_are_refused_by_name_and_left_untouched(tmp, foreign):
     src = _csv(tmp, "v1", [1, 2, 3])
     out = tmp / "out"
     write_text(out / foreign, "the user's own data")
-    with pytest.raises(ConversionError, match=rf"holds 1 file\(s\) that no conversion .* e\.g\. .*{foreign}.*move them away"):
+    with pytest.raises(
+        ConversionError, match=rf"holds 1 file\(s\) that no conversion .* e\.g\. .*{foreign}.*move them away"
+    ):
         run_convert("--source", "csv", "--input", src, "--output", out)
     assert _listing(out) == [foreign]
     assert open(out / foreign).read() == "the user's own data"
@@ -108,7 +120,15 @@ def test_a_kill_during_overwrite_leaves_one_whole_dataset_and_a_rerun_is_clean(t
     common = ["--source", "csv", "--output", out, "--num_shards", "3", "--max_bad_fraction", "0.5"]
     run_convert(*common, "--input", _csv(tmp, "v1", [1, 2, 3, 4, 5, 6, "x"]))
     old_files = _dataset_listing(out)
-    killed = _cli("-m", "tests.kill_during_finalize", point, *common, "--input", _csv(tmp, "v2", [10, 20, 30, 40, 50, 60, "y"]), "--overwrite")
+    killed = _cli(
+        "-m",
+        "tests.kill_during_finalize",
+        point,
+        *common,
+        "--input",
+        _csv(tmp, "v2", [10, 20, 30, 40, 50, 60, "y"]),
+        "--overwrite",
+    )
     assert killed.returncode == 9, killed.stderr[-2000:]
     # Whatever the moment, the directory holds one whole dataset: the old one until the
     # new metadata landed, the new one after.
@@ -126,7 +146,19 @@ def test_a_kill_during_overwrite_leaves_one_whole_dataset_and_a_rerun_is_clean(t
 def test_a_rerun_without_overwrite_after_a_kill_before_the_first_commit_succeeds(tmp):
     out = tmp / "out"
     src = _csv(tmp, "v1", [1, 2, 3, 4])
-    killed = _cli("-m", "tests.kill_during_finalize", "mid_moves", "--source", "csv", "--input", src, "--output", out, "--num_shards", "2")
+    killed = _cli(
+        "-m",
+        "tests.kill_during_finalize",
+        "mid_moves",
+        "--source",
+        "csv",
+        "--input",
+        src,
+        "--output",
+        out,
+        "--num_shards",
+        "2",
+    )
     assert killed.returncode == 9, killed.stderr[-2000:]
     assert not os.path.exists(out / contract.METADATA_FILENAME)
     run_convert("--source", "csv", "--input", src, "--output", out, "--num_shards", "2")
@@ -194,7 +226,9 @@ def test_a_live_jobs_temp_dir_is_refused_naming_the_job(tmp):
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     try:
         temp = _marker(out, "busyjob", pid=sleeper.pid)
-        with pytest.raises(ConversionError, match=rf"another conversion is writing into .*job busyjob \(pid {sleeper.pid} on"):
+        with pytest.raises(
+            ConversionError, match=rf"another conversion is writing into .*job busyjob \(pid {sleeper.pid} on"
+        ):
             run_convert("--source", "csv", "--input", _csv(tmp, "v1", [1]), "--output", out)
         assert os.path.exists(os.path.join(temp, "fragments", "x.tfrecord"))
     finally:
@@ -223,7 +257,9 @@ def test_a_dead_or_ended_jobs_temp_dir_is_cleaned_up(tmp, fields):
 def test_a_failed_job_releases_the_directory_for_the_next_run(tmp):
     out = tmp / "out"
     with pytest.raises(ConversionError, match=r"more than --max_bad_fraction"):
-        run_convert("--source", "csv", "--input", _csv(tmp, "bad", [1, "x", "y"]), "--output", out, "--column", "a:int64")
+        run_convert(
+            "--source", "csv", "--input", _csv(tmp, "bad", [1, "x", "y"]), "--output", out, "--column", "a:int64"
+        )
     [temp] = [d for d in os.listdir(out) if d.startswith(contract.TEMP_PREFIX)]
     assert json.load(open(out / temp / _output.JOB_FILE))["state"] == "ended"
     run_convert("--source", "csv", "--input", _csv(tmp, "v1", [1, 2]), "--output", out)
@@ -235,10 +271,26 @@ def test_two_conversions_into_one_output_one_wins_the_other_is_refused(tmp):
     out = tmp / "out"
     rows = list(range(20000))
     procs = [
-        subprocess.Popen([sys.executable, "-m", "beam_jobs.convert", "--source", "csv", "--input", _csv(tmp, f"v{i}", rows),
-                          "--output", str(out), "--num_shards", "2"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "beam_jobs.convert",
+                "--source",
+                "csv",
+                "--input",
+                _csv(tmp, f"v{i}", rows),
+                "--output",
+                str(out),
+                "--num_shards",
+                "2",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        )
         for i in range(2)
     ]
     results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
@@ -255,13 +307,27 @@ def test_two_conversions_into_one_output_one_wins_the_other_is_refused(tmp):
 
 def test_a_failed_command_prints_one_error_line_without_traceback(tmp):
     src = _csv(tmp, "bad", [1, "x", "y"])
-    done = _cli("-m", "beam_jobs.convert", "--source", "csv", "--input", src, "--output", tmp / "out", "--column", "a:int64")
+    done = _cli(
+        "-m", "beam_jobs.convert", "--source", "csv", "--input", src, "--output", tmp / "out", "--column", "a:int64"
+    )
     assert done.returncode == 1
     errors = [line for line in done.stderr.splitlines() if "quarantined" in line]
     assert len(errors) == 1 and errors[0].startswith("error: 2 of 3 rows"), done.stderr
     assert "--column NAME:TYPE" in errors[0]
     assert "Traceback" not in done.stderr
-    verbose = _cli("-m", "beam_jobs.convert", "--source", "csv", "--input", src, "--output", tmp / "out2", "--column", "a:int64", "-v")
+    verbose = _cli(
+        "-m",
+        "beam_jobs.convert",
+        "--source",
+        "csv",
+        "--input",
+        src,
+        "--output",
+        tmp / "out2",
+        "--column",
+        "a:int64",
+        "-v",
+    )
     assert verbose.returncode == 1 and "Traceback" in verbose.stderr
     assert verbose.stderr.strip().splitlines()[-1].startswith("error: 2 of 3 rows")
 
@@ -285,8 +351,16 @@ def test_the_error_for_bad_images_does_not_suggest_column_types(tmp):
 
 def test_an_empty_split_is_recorded_as_a_warning(tmp):
     out = tmp / "out"
-    info = run_convert("--source", "csv", "--input", _csv(tmp, "v1", [1, 2, 3]), "--output", out,
-                       "--splits", "train=0.999999,eval=0.000001")
+    info = run_convert(
+        "--source",
+        "csv",
+        "--input",
+        _csv(tmp, "v1", [1, 2, 3]),
+        "--output",
+        out,
+        "--splits",
+        "train=0.999999,eval=0.000001",
+    )
     assert info.split("eval").records == 0
     assert info.warnings == ("split 'eval' received no records",)
     stored = json.load(open(out / contract.METADATA_FILENAME))

@@ -21,11 +21,13 @@ INT64_MAX = 2**63 - 1
 
 
 def test_uint64_above_int64_max_is_quarantined_never_wrapped(tmp):
-    table = pa.table({
-        "id": pa.array([1, 2, 3, 4, 5]),
-        "u": pa.array([7, INT64_MAX, INT64_MAX + 1, 2**64 - 1, None], pa.uint64()),
-        "us": pa.array([[1], [2], [3], [4], [2**64 - 1, 5]], pa.list_(pa.uint64())),
-    })
+    table = pa.table(
+        {
+            "id": pa.array([1, 2, 3, 4, 5]),
+            "u": pa.array([7, INT64_MAX, INT64_MAX + 1, 2**64 - 1, None], pa.uint64()),
+            "us": pa.array([[1], [2], [3], [4], [2**64 - 1, 5]], pa.list_(pa.uint64())),
+        }
+    )
     ds = convert_table(tmp, table, "--max_bad_fraction", "0.7")
     kept = {r["id"][0]: r for r in read_examples(ds)}
     assert set(kept) == {1, 2}
@@ -40,12 +42,14 @@ def test_uint64_above_int64_max_is_quarantined_never_wrapped(tmp):
 
 def test_wide_decimals_keep_every_value_exactly(tmp):
     cents = [decimal.Decimal(123456789012345678900 + i) / 100 for i in range(1000)]
-    table = pa.table({
-        "id": pa.array(range(1000)),
-        "money": pa.array(cents, pa.decimal128(38, 2)),
-        "small": pa.array([decimal.Decimal(i) / 100 for i in range(999000, 1000000)], pa.decimal128(6, 2)),
-        "whole": pa.array([decimal.Decimal(10**18 - 1 - i) for i in range(1000)], pa.decimal128(18, 0)),
-    })
+    table = pa.table(
+        {
+            "id": pa.array(range(1000)),
+            "money": pa.array(cents, pa.decimal128(38, 2)),
+            "small": pa.array([decimal.Decimal(i) / 100 for i in range(999000, 1000000)], pa.decimal128(6, 2)),
+            "whole": pa.array([decimal.Decimal(10**18 - 1 - i) for i in range(1000)], pa.decimal128(18, 0)),
+        }
+    )
     ds = convert_table(tmp, table)
     info = contract.DatasetInfo.from_json(open(os.path.join(ds, "dataset_info.json")).read())
     spec = {f.name: f.dtype for f in info.features}
@@ -63,7 +67,9 @@ def test_wide_decimals_keep_every_value_exactly(tmp):
 def test_timestamp_ns_with_a_sub_microsecond_part_is_refused_naming_file_row_and_column(tmp):
     ns = pa.array([1_700_000_000_000_000_000, 1_700_000_000_000_000_001], pa.timestamp("ns"))
     table = pa.table({"id": pa.array([1, 2]), "t": ns})
-    with pytest.raises(ValueError, match=r"a\.parquet, row 2: column 't': .*000000001 .*sub-microsecond part.*--columns"):
+    with pytest.raises(
+        ValueError, match=r"a\.parquet, row 2: column 't': .*000000001 .*sub-microsecond part.*--columns"
+    ):
         convert_table(tmp, table)
     convert_table(tmp, table, "--columns", "id", "--overwrite")
     assert sorted(r["id"][0] for r in read_examples(tmp / "ds")) == [1, 2]
@@ -97,7 +103,10 @@ def _two_files(tmp, first: pa.Table, second: pa.Table) -> str:
 
 def test_a_column_only_in_a_later_file_is_an_error_naming_the_file_and_the_fix(tmp):
     pattern = _two_files(tmp, pa.table({"x": [1], "y": ["a"]}), pa.table({"x": [2], "y": ["b"], "z": [3.5]}))
-    with pytest.raises(ConversionError, match=r"b\.parquet has column\(s\) \['z'\] that the first file .*a\.parquet lacks.*--columns x,y"):
+    with pytest.raises(
+        ConversionError,
+        match=r"b\.parquet has column\(s\) \['z'\] that the first file .*a\.parquet lacks.*--columns x,y",
+    ):
         run_convert("--source", "parquet", "--input", pattern, "--output", tmp / "ds")
     info = run_convert("--source", "parquet", "--input", pattern, "--output", tmp / "ds", "--columns", "x,y")
     assert [f.name for f in info.features] == ["x", "y"] and info.split("train").records == 2
@@ -105,7 +114,9 @@ def test_a_column_only_in_a_later_file_is_an_error_naming_the_file_and_the_fix(t
 
 def test_a_column_missing_from_a_later_file_is_an_error_with_or_without_columns(tmp):
     pattern = _two_files(tmp, pa.table({"x": [1], "y": ["a"]}), pa.table({"x": [2]}))
-    with pytest.raises(ConversionError, match=r"b\.parquet lacks column\(s\) \['y'\] that the first file .*a\.parquet has.*--columns x"):
+    with pytest.raises(
+        ConversionError, match=r"b\.parquet lacks column\(s\) \['y'\] that the first file .*a\.parquet has.*--columns x"
+    ):
         run_convert("--source", "parquet", "--input", pattern, "--output", tmp / "ds")
     with pytest.raises(ConversionError, match=r"b\.parquet lacks column\(s\) \['y'\]"):
         run_convert("--source", "parquet", "--input", pattern, "--output", tmp / "ds", "--columns", "y")
@@ -123,7 +134,9 @@ def test_decimals_whose_stored_types_differ_across_files_are_reported(tmp):
     narrow = pa.table({"d": pa.array([decimal.Decimal("1.25")], pa.decimal128(5, 2))})
     wide = pa.table({"d": pa.array([decimal.Decimal("1.25")], pa.decimal128(20, 2))})
     pattern = _two_files(tmp, narrow, wide)
-    with pytest.raises(ConversionError, match=r"b\.parquet has column types \{'d': 'bytes'\}, but the first file .*\{'d': 'float32'\}"):
+    with pytest.raises(
+        ConversionError, match=r"b\.parquet has column types \{'d': 'bytes'\}, but the first file .*\{'d': 'float32'\}"
+    ):
         run_convert("--source", "parquet", "--input", pattern, "--output", tmp / "ds")
 
 
@@ -134,7 +147,7 @@ def _corrupt_column_chunk(path, row_group: int, column: int) -> None:
     end = start + meta.total_compressed_size
     middle = (meta.data_page_offset + end) // 2
     data = bytearray(open(path, "rb").read())
-    data[middle:end - 8] = b"\xff" * (end - 8 - middle)
+    data[middle : end - 8] = b"\xff" * (end - 8 - middle)
     open(path, "wb").write(bytes(data))
 
 
@@ -146,8 +159,11 @@ def test_a_corrupt_snappy_page_names_the_file_row_group_column_and_fix(tmp):
     # Plain pages: the bytes overwritten are Snappy's own, not dictionary indices.
     pq.write_table(table, path, compression="snappy", row_group_size=5000, use_dictionary=False)
     _corrupt_column_chunk(path, row_group=2, column=1)
-    with pytest.raises(ValueError, match=r"a\.parquet: row group 2 \(rows 10001-15000\), column 's': .*[Ss]nappy.*"
-                       r"damaged: re-create or re-download it, leave it out of --input, or leave the column out with --columns"):
+    with pytest.raises(
+        ValueError,
+        match=r"a\.parquet: row group 2 \(rows 10001-15000\), column 's': .*[Ss]nappy.*"
+        r"damaged: re-create or re-download it, leave it out of --input, or leave the column out with --columns",
+    ):
         run_convert("--source", "parquet", "--input", path, "--output", tmp / "ds")
 
 
@@ -156,19 +172,23 @@ def test_a_truncated_parquet_file_is_named_at_launch(tmp):
     pq.write_table(pa.table({"x": list(range(100))}), tmp / "in" / "a.parquet")
     data = open(tmp / "in" / "a.parquet", "rb").read()
     open(tmp / "in" / "b.parquet", "wb").write(data[: len(data) // 2])
-    with pytest.raises(ValueError, match=r"cannot read Parquet file .*b\.parquet: .*re-download it, or leave it out of --input"):
+    with pytest.raises(
+        ValueError, match=r"cannot read Parquet file .*b\.parquet: .*re-download it, or leave it out of --input"
+    ):
         run_convert("--source", "parquet", "--input", tmp / "in" / "*.parquet", "--output", tmp / "ds")
 
 
 def test_lossless_mappings_of_the_other_wide_types(tmp):
     day = datetime.date(2000, 1, 1)
-    table = pa.table({
-        "id": pa.array([1, 2]),
-        "u": pa.array([0, INT64_MAX], pa.uint64()),
-        "uuid": pa.array([b"\x00" * 16, b"\xff" * 16], pa.binary(16)),
-        "d64": pa.array([day, None], pa.date64()),
-        "f16": pa.array([np.float16(0.5), None], pa.float16()),
-    })
+    table = pa.table(
+        {
+            "id": pa.array([1, 2]),
+            "u": pa.array([0, INT64_MAX], pa.uint64()),
+            "uuid": pa.array([b"\x00" * 16, b"\xff" * 16], pa.binary(16)),
+            "d64": pa.array([day, None], pa.date64()),
+            "f16": pa.array([np.float16(0.5), None], pa.float16()),
+        }
+    )
     ds = convert_table(tmp, table)
     rows = {r["id"][0]: r for r in read_examples(ds)}
     assert rows[1] == {"id": [1], "u": [0], "uuid": [b"\x00" * 16], "d64": [10957], "f16": [0.5]}

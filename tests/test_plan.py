@@ -41,8 +41,14 @@ def test_target_must_be_positive():
 def test_parse_splits():
     assert _plan.parse_splits(None) == {"train": 1.0}
     assert _plan.parse_splits("train=0.8, eval=0.2") == {"train": 0.8, "eval": 0.2}
-    for bad, msg in [("train=0.8,eval=0.1", "must sum to 1"), ("train", "NAME=FRACTION"),
-                     ("a=0.5,a=0.5", "twice"), ("1x=1", "invalid"), ("a=x", "must be a number"), ("a=0,b=1", r"\(0, 1\]")]:
+    for bad, msg in [
+        ("train=0.8,eval=0.1", "must sum to 1"),
+        ("train", "NAME=FRACTION"),
+        ("a=0.5,a=0.5", "twice"),
+        ("1x=1", "invalid"),
+        ("a=x", "must be a number"),
+        ("a=0,b=1", r"\(0, 1\]"),
+    ]:
         with pytest.raises(ValueError, match=msg):
             _plan.parse_splits(bad)
 

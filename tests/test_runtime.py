@@ -33,15 +33,17 @@ def typed(tmp_path_factory):
     root = tmp_path_factory.mktemp("typed")
     rng = np.random.default_rng(0)
     n = 300
-    table = pa.table({
-        "id": pa.array(range(n), pa.int64()),
-        "i": pa.array([None if k % 7 == 0 else int(k) * 3 for k in range(n)], pa.int64()),
-        "f": pa.array([None if k % 5 == 0 else k / 8 for k in range(n)], pa.float32()),
-        "s": pa.array([None if k % 11 == 0 else f"s{k}" for k in range(n)], pa.string()),
-        "vec": pa.array([[k, k + 0.5, -k] for k in range(n)], pa.list_(pa.float32(), 3)),
-        "tags": pa.array([[f"t{j}" for j in range(k % 4)] for k in range(n)], pa.list_(pa.string())),
-        "ints": pa.array([list(rng.integers(0, 9, size=k % 6)) for k in range(n)], pa.list_(pa.int64())),
-    })
+    table = pa.table(
+        {
+            "id": pa.array(range(n), pa.int64()),
+            "i": pa.array([None if k % 7 == 0 else int(k) * 3 for k in range(n)], pa.int64()),
+            "f": pa.array([None if k % 5 == 0 else k / 8 for k in range(n)], pa.float32()),
+            "s": pa.array([None if k % 11 == 0 else f"s{k}" for k in range(n)], pa.string()),
+            "vec": pa.array([[k, k + 0.5, -k] for k in range(n)], pa.list_(pa.float32(), 3)),
+            "tags": pa.array([[f"t{j}" for j in range(k % 4)] for k in range(n)], pa.list_(pa.string())),
+            "ints": pa.array([list(rng.integers(0, 9, size=k % 6)) for k in range(n)], pa.list_(pa.int64())),
+        }
+    )
     return convert_table(root, table, "--num_shards", "3")
 
 
@@ -192,7 +194,9 @@ def _corrupt_copy(src, dst, *, truncate: bool):
 def test_corrupt_shard_is_an_error_naming_the_file(tabular, tmp_path, truncate):
     victim = _corrupt_copy(tabular, tmp_path / "ds", truncate=truncate)
     ds = ingest.make_dataset(str(tmp_path / "ds"), batch_size=64)
-    with pytest.raises(tf.errors.OpError, match=os.path.basename(victim) + r".*corrupt, truncated or unreadable.*skip_corrupt=True"):
+    with pytest.raises(
+        tf.errors.OpError, match=os.path.basename(victim) + r".*corrupt, truncated or unreadable.*skip_corrupt=True"
+    ):
         _ids(ds)
 
 
@@ -220,7 +224,9 @@ def test_not_a_dataset_and_incomplete_dataset_are_refused(tmp_path, tabular):
 
 def test_skip_corrupt_and_symbolic_checkpoints_do_not_mix(tabular):
     with pytest.raises(ValueError, match=r"skip_corrupt=True needs tf.data's ignore_errors.*symbolic_checkpoint=False"):
-        ingest.make_dataset(tabular, batch_size=8, skip_corrupt=True, options=ingest.ReadOptions(symbolic_checkpoint=True))
+        ingest.make_dataset(
+            tabular, batch_size=8, skip_corrupt=True, options=ingest.ReadOptions(symbolic_checkpoint=True)
+        )
 
 
 def test_bad_arguments_fail_before_the_graph_is_built(tabular):
@@ -234,7 +240,9 @@ def test_bad_arguments_fail_before_the_graph_is_built(tabular):
         ingest.make_dataset(tabular, batch_size=8, label="z")
     with pytest.raises(ValueError, match=r"num_epochs must be a positive integer or None"):
         ingest.make_dataset(tabular, batch_size=8, num_epochs=0)
-    with pytest.raises(ValueError, match=r"ReadOptions.cycle_length must be an integer >= 1 or None \(automatic\), got 0"):
+    with pytest.raises(
+        ValueError, match=r"ReadOptions.cycle_length must be an integer >= 1 or None \(automatic\), got 0"
+    ):
         ingest.ReadOptions(cycle_length=0)
 
 

@@ -77,6 +77,7 @@ def _ids(ds, seen=None):
 
 # 1. A missing shard file.
 
+
 def test_missing_shard_is_refused_when_building_naming_the_file(copy):
     victim, records = _shard(copy)
     os.remove(victim)
@@ -124,7 +125,9 @@ def test_missing_shard_on_gcs_is_named_when_building_and_when_reading(source, tm
             first, second = (info.split("train").shards[i] for i in (1, 2))
             ds = ingest.make_dataset(path, batch_size=64)
             bucket.blob(f"d[1]/{first.filename}").delete()
-            with pytest.raises(FileNotFoundError, match=re.escape(f"{path}/{first.filename} ({first.records} records)")):
+            with pytest.raises(
+                FileNotFoundError, match=re.escape(f"{path}/{first.filename} ({first.records} records)")
+            ):
                 ingest.make_dataset(path, batch_size=64)
             with pytest.raises(tf.errors.OpError, match=rf"shard {re.escape(f'{path}/{first.filename}')} is missing"):
                 _finishes(lambda: _ids(ds))
@@ -144,6 +147,7 @@ def test_read_records_refuses_a_missing_shard(copy):
 
 # 2. A shard holding more records than its metadata says.
 
+
 @pytest.mark.parametrize("skip_corrupt, symbolic", [(False, False), (True, False), (False, True)])
 def test_shard_with_more_records_than_its_metadata_is_an_error_naming_it(copy, skip_corrupt, symbolic):
     victim, records = _shard(copy)
@@ -151,16 +155,25 @@ def test_shard_with_more_records_than_its_metadata_is_an_error_naming_it(copy, s
         frames = f.read()
     with open(victim, "ab") as f:  # the shard's own records again: valid frames, twice as many
         f.write(frames)
-    ds = ingest.make_dataset(copy, batch_size=16, skip_corrupt=skip_corrupt, shuffle=False,
-                             options=ingest.ReadOptions(symbolic_checkpoint=symbolic))
+    ds = ingest.make_dataset(
+        copy,
+        batch_size=16,
+        skip_corrupt=skip_corrupt,
+        shuffle=False,
+        options=ingest.ReadOptions(symbolic_checkpoint=symbolic),
+    )
     seen = []
-    with pytest.raises(tf.errors.OpError, match=rf"shard {re.escape(victim)} holds more records than its "
-                       rf"metadata says.*{records}.*metadata and the shard disagree"):
+    with pytest.raises(
+        tf.errors.OpError,
+        match=rf"shard {re.escape(victim)} holds more records than its "
+        rf"metadata says.*{records}.*metadata and the shard disagree",
+    ):
         _finishes(lambda: _ids(ds, seen))
     assert len(seen) == len(set(seen))  # none of the extra copies was delivered
 
 
 # 3. A malformed dataset_info.json.
+
 
 def _truncate(text):
     return text[: len(text) // 2]
@@ -171,6 +184,7 @@ def _edit(change):
         d = json.loads(text)
         change(d)
         return json.dumps(d)
+
     return apply
 
 
@@ -179,20 +193,51 @@ MALFORMED = {
     "empty": (lambda text: "", r"it is empty"),
     "not an object": (lambda text: "[1, 2]", r"the metadata must be an object, got a list"),
     "no features key": (_edit(lambda d: d.pop("features")), r"metadata has no 'features' key"),
-    "features not a list": (_edit(lambda d: d.update(features={"id": "int64"})), r"metadata.features must be a list, got an object"),
-    "feature without dtype": (_edit(lambda d: d["features"][0].pop("dtype")), r"metadata.features\[0\] \('id'\) has no 'dtype' key"),
-    "feature shape of text": (_edit(lambda d: d["features"][1].update(shape="3")), r"metadata.features\[1\] \('x'\).shape must be a list, got a string"),
-    "unknown feature key": (_edit(lambda d: d["features"][0].update(dtpye="int64")), r"metadata.features\[0\] has unknown key\(s\) \['dtpye'\]"),
-    "records as text": (_edit(lambda d: d["splits"][0]["shards"][1].update(records="125")),
-                        r"metadata.splits\[0\] \('train'\).shards\[1\].records must be an integer, got a string '125'"),
-    "negative bytes": (_edit(lambda d: d["splits"][0]["shards"][0].update(bytes=-1)), r"shards\[0\].bytes must be >= 0, got -1"),
-    "shard outside the dataset": (_edit(lambda d: d["splits"][0]["shards"][0].update(filename="../../etc/passwd")),
-                                  r"shards\[0\].filename must name a file inside the dataset directory"),
-    "split without shards key": (_edit(lambda d: d["splits"][0].pop("shards")), r"metadata.splits\[0\] \('train'\) has no 'shards' key"),
-    "split total disagrees": (_edit(lambda d: d["splits"][0].update(records=5)), r"\('train'\).records is 5 but its shards add up to 1000"),
-    "label not a string": (_edit(lambda d: d.update(label=3)), r"metadata.label must be a string or null, got an integer 3"),
+    "features not a list": (
+        _edit(lambda d: d.update(features={"id": "int64"})),
+        r"metadata.features must be a list, got an object",
+    ),
+    "feature without dtype": (
+        _edit(lambda d: d["features"][0].pop("dtype")),
+        r"metadata.features\[0\] \('id'\) has no 'dtype' key",
+    ),
+    "feature shape of text": (
+        _edit(lambda d: d["features"][1].update(shape="3")),
+        r"metadata.features\[1\] \('x'\).shape must be a list, got a string",
+    ),
+    "unknown feature key": (
+        _edit(lambda d: d["features"][0].update(dtpye="int64")),
+        r"metadata.features\[0\] has unknown key\(s\) \['dtpye'\]",
+    ),
+    "records as text": (
+        _edit(lambda d: d["splits"][0]["shards"][1].update(records="125")),
+        r"metadata.splits\[0\] \('train'\).shards\[1\].records must be an integer, got a string '125'",
+    ),
+    "negative bytes": (
+        _edit(lambda d: d["splits"][0]["shards"][0].update(bytes=-1)),
+        r"shards\[0\].bytes must be >= 0, got -1",
+    ),
+    "shard outside the dataset": (
+        _edit(lambda d: d["splits"][0]["shards"][0].update(filename="../../etc/passwd")),
+        r"shards\[0\].filename must name a file inside the dataset directory",
+    ),
+    "split without shards key": (
+        _edit(lambda d: d["splits"][0].pop("shards")),
+        r"metadata.splits\[0\] \('train'\) has no 'shards' key",
+    ),
+    "split total disagrees": (
+        _edit(lambda d: d["splits"][0].update(records=5)),
+        r"\('train'\).records is 5 but its shards add up to 1000",
+    ),
+    "label not a string": (
+        _edit(lambda d: d.update(label=3)),
+        r"metadata.label must be a string or null, got an integer 3",
+    ),
     "bad dtype": (_edit(lambda d: d["features"][0].update(dtype="int32")), r"feature 'id': dtype must be one of"),
-    "default of the wrong type": (_edit(lambda d: d["features"][0].update(default="zero")), r"\('id'\).default 'zero' does not fit dtype 'int64'"),
+    "default of the wrong type": (
+        _edit(lambda d: d["features"][0].update(default="zero")),
+        r"\('id'\).default 'zero' does not fit dtype 'int64'",
+    ),
 }
 
 
@@ -226,6 +271,7 @@ def test_metadata_of_the_conversion_still_reads_back(source):
 
 # 4. A split with zero records.
 
+
 def test_empty_split_is_a_clear_error_naming_it_and_the_splits_with_records(copy):
     meta = os.path.join(copy, "dataset_info.json")
     with open(meta, encoding="utf-8") as f:
@@ -233,6 +279,8 @@ def test_empty_split_is_a_clear_error_naming_it_and_the_splits_with_records(copy
     d["splits"].append({"name": "test", "records": 0, "bytes": 0, "shards": []})
     with open(meta, "w", encoding="utf-8") as f:
         json.dump(d, f)
-    with pytest.raises(ValueError, match=r"split 'test' of .* has no records.*Splits with records: train \(1000 records\)"):
+    with pytest.raises(
+        ValueError, match=r"split 'test' of .* has no records.*Splits with records: train \(1000 records\)"
+    ):
         ingest.make_dataset(copy, batch_size=8, split="test")
     assert len(_ids(ingest.make_dataset(copy, batch_size=100))) == N

@@ -46,9 +46,18 @@ def _epoch(ds):
 
 # ImageOptions
 
+
 def test_image_options_yield_the_same_batches_as_the_flat_keywords(images):
-    flat = ingest.make_dataset(images, batch_size=5, image_size=(16, 24), training=True, channels=1,
-                               image_dtype="bfloat16", normalize=((0.5,), (0.25,)), seed=7)
+    flat = ingest.make_dataset(
+        images,
+        batch_size=5,
+        image_size=(16, 24),
+        training=True,
+        channels=1,
+        image_dtype="bfloat16",
+        normalize=((0.5,), (0.25,)),
+        seed=7,
+    )
     opts = ingest.ImageOptions(size=(16, 24), training=True, channels=1, dtype="bfloat16", normalize=((0.5,), (0.25,)))
     grouped = ingest.make_dataset(images, batch_size=5, image=opts, seed=7)
     (x1, y1), (x2, y2) = _epoch(flat), _epoch(grouped)
@@ -83,19 +92,22 @@ def test_image_must_be_image_options_and_only_for_image_datasets(images, tabular
         ingest.make_dataset(images, batch_size=4)
 
 
-@pytest.mark.parametrize("kwargs, error", [
-    (dict(size=(0, 8)), r"image size must be positive, got \(0, 8\)"),
-    (dict(size=224), r"image size must be \(height, width\), got 224"),
-    (dict(size=(8, 8), training="yes"), r"training must be True or False, got 'yes'"),
-    (dict(size=(8, 8), channels=4), r"channels must be 1 \(grayscale\) or 3 \(RGB\), got 4"),
-    (dict(size=(8, 8), dtype="float16"), r"dtype must be one of \['bfloat16', 'float32', 'uint8'\], got 'float16'"),
-    (dict(size=(8, 8), dtype="uint8", normalize="unit"), r"'uint8' keeps pixel values 0-255: use normalize=None"),
-    (dict(size=(8, 8), channels=1, normalize="imagenet"), r"normalize='imagenet' needs channels=3.*got channels=1"),
-    (dict(size=(8, 8), normalize=((0.5,), (0.2,))), r"needs 3 values each and positive std"),
-    (dict(size=(8, 8), normalize=((0.5,) * 3, (0.2, 0.0, 0.2))), r"needs 3 values each and positive std"),
-    (dict(size=(8, 8), normalize=("ab", "cd")), r"normalize=\(mean, std\) needs two sequences of numbers"),
-    (dict(size=(8, 8), normalize="z-score"), r"must be None, 'unit', 'imagenet' or \(mean, std\), got 'z-score'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        (dict(size=(0, 8)), r"image size must be positive, got \(0, 8\)"),
+        (dict(size=224), r"image size must be \(height, width\), got 224"),
+        (dict(size=(8, 8), training="yes"), r"training must be True or False, got 'yes'"),
+        (dict(size=(8, 8), channels=4), r"channels must be 1 \(grayscale\) or 3 \(RGB\), got 4"),
+        (dict(size=(8, 8), dtype="float16"), r"dtype must be one of \['bfloat16', 'float32', 'uint8'\], got 'float16'"),
+        (dict(size=(8, 8), dtype="uint8", normalize="unit"), r"'uint8' keeps pixel values 0-255: use normalize=None"),
+        (dict(size=(8, 8), channels=1, normalize="imagenet"), r"normalize='imagenet' needs channels=3.*got channels=1"),
+        (dict(size=(8, 8), normalize=((0.5,), (0.2,))), r"needs 3 values each and positive std"),
+        (dict(size=(8, 8), normalize=((0.5,) * 3, (0.2, 0.0, 0.2))), r"needs 3 values each and positive std"),
+        (dict(size=(8, 8), normalize=("ab", "cd")), r"normalize=\(mean, std\) needs two sequences of numbers"),
+        (dict(size=(8, 8), normalize="z-score"), r"must be None, 'unit', 'imagenet' or \(mean, std\), got 'z-score'"),
+    ],
+)
 def test_image_options_check_themselves_when_built(kwargs, error):
     with pytest.raises(ValueError, match=error):
         ingest.ImageOptions(**kwargs)
@@ -115,6 +127,7 @@ def test_image_options_are_frozen_hashable_and_normalize_their_inputs():
 
 
 # ReadOptions and its deprecated name
+
 
 def test_pipeline_options_is_a_deprecated_name_for_read_options_on_every_use():
     for _ in range(2):  # not only the first access: the alias is not cached as a module global
@@ -141,6 +154,7 @@ def test_read_options_errors_name_the_class_and_field(tabular):
 
 
 # The request
+
 
 def test_request_resolves_defaults_once(tabular, images):
     req = _request.build(tabular, batch_size=8, seed=3, shuffle=True)
@@ -173,6 +187,7 @@ def test_request_from_read_records_needs_no_batching_arguments(tabular):
 
 
 # The cache decision
+
 
 def test_auto_caches_in_memory_only_with_twice_the_room():
     # Cached tensors take more memory than their serialized bytes: a 2x margin.

@@ -31,8 +31,13 @@ def dataset(tmp_path_factory):
 
 def _spawn(*args) -> subprocess.Popen:
     """Starts `python -m ingest service ARGS`; `_serving` waits until it says it serves."""
-    return subprocess.Popen([sys.executable, "-m", "ingest", "service", *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    return subprocess.Popen(
+        [sys.executable, "-m", "ingest", "service", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
 
 
 def _serving(proc: subprocess.Popen) -> subprocess.Popen:
@@ -84,12 +89,16 @@ def _ids(ds) -> list:
 
 
 def test_distributed_epoch_delivers_every_record_exactly_once(dataset, cluster):
-    ds = ingest.make_dataset(dataset, batch_size=64, label=False, service=cluster.address, processing_mode="distributed_epoch")
+    ds = ingest.make_dataset(
+        dataset, batch_size=64, label=False, service=cluster.address, processing_mode="distributed_epoch"
+    )
     assert sorted(_ids(ds)) == list(range(ROWS))
 
 
 def test_parallel_epochs_delivers_each_record_once_per_worker(dataset, cluster):
-    ds = ingest.make_dataset(dataset, batch_size=64, label=False, service=cluster.address, processing_mode="parallel_epochs")
+    ds = ingest.make_dataset(
+        dataset, batch_size=64, label=False, service=cluster.address, processing_mode="parallel_epochs"
+    )
     counts = collections.Counter(_ids(ds))
     assert set(counts) == set(range(ROWS)) and set(counts.values()) == {2}
 
@@ -114,8 +123,11 @@ def test_workers_name_a_shard_that_is_missing_or_holds_too_many_records(dataset,
     os.remove(missing)
     with pytest.raises(Exception, match=rf"shard {re.escape(missing)} is missing"):
         _ids(ds)
-    ids = _ids(ingest.make_dataset(str(tmp_path / "ds"), batch_size=64, label=False, service=cluster.address,
-                                   skip_corrupt=True))
+    ids = _ids(
+        ingest.make_dataset(
+            str(tmp_path / "ds"), batch_size=64, label=False, service=cluster.address, skip_corrupt=True
+        )
+    )
     assert len(ids) == len(set(ids)) == ROWS - info.split("train").shards[1].records
 
 
@@ -125,8 +137,11 @@ def test_service_arguments_are_checked(dataset):
     for bad in (0, -1.5, float("inf"), "30", True):
         with pytest.raises(ValueError, match=r"service_timeout_s must be a positive number of seconds or None"):
             ingest.PipelineOptions(service_timeout_s=bad)
-    out = subprocess.run([sys.executable, "-m", "ingest", "service", "dispatcher", "--port", "1", "--fault_tolerant"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "ingest", "service", "dispatcher", "--port", "1", "--fault_tolerant"],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 1 and "--work_dir" in out.stderr
 
 
@@ -139,8 +154,14 @@ def test_a_worker_killed_mid_epoch_never_hangs_the_consumer(dataset):
     cluster = Cluster(2, dispatcher_args=("--worker_timeout_ms", 1500), worker_args=("--heartbeat_interval_ms", 300))
     try:
         for mode in ("distributed_epoch", "parallel_epochs", "distributed_epoch"):
-            ds = ingest.make_dataset(dataset, batch_size=16, label=False, service=cluster.address, processing_mode=mode,
-                                     options=ingest.PipelineOptions(service_timeout_s=timeout_s))
+            ds = ingest.make_dataset(
+                dataset,
+                batch_size=16,
+                label=False,
+                service=cluster.address,
+                processing_mode=mode,
+                options=ingest.PipelineOptions(service_timeout_s=timeout_s),
+            )
             seen, ended = [], []
 
             def consume():
@@ -169,7 +190,10 @@ def test_a_worker_killed_mid_epoch_never_hangs_the_consumer(dataset):
             if error is not None:
                 # distributed_epoch sends each record once: a stall after the last one ends the epoch instead.
                 assert mode == "parallel_epochs" or len(seen) < ROWS
-                assert re.search(rf"tf.data service at {re.escape(cluster.address)} delivered no batch for "
-                                 rf"{timeout_s} s: a worker was most likely lost", str(error)), error
+                assert re.search(
+                    rf"tf.data service at {re.escape(cluster.address)} delivered no batch for "
+                    rf"{timeout_s} s: a worker was most likely lost",
+                    str(error),
+                ), error
     finally:
         cluster.stop()

@@ -93,8 +93,9 @@ class Source:
     def row_text(self, batch, i: int) -> str:
         """Row `i` of a chunk's batch as the quarantine shows it: JSON of its values."""
         values = batch.slice(i, 1).to_pylist()[0].items()
-        return json.dumps({k: (v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else v) for k, v in values},
-                          default=str)
+        return json.dumps(
+            {k: (v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else v) for k, v in values}, default=str
+        )
 
     def expand_items(self, items: beam.PCollection) -> beam.PCollection:
         """Work items as the pipeline reads them (CSV cuts large files into byte ranges)."""
@@ -157,7 +158,9 @@ def first_mismatch(paths, read, what: str, explain=None):
         if explain is not None:
             how = explain(values[0], value, paths[0])
         elif value != values[0]:
-            how = f"has {what} {value}, but the first file {paths[0]} has {values[0]}: all files of one input must agree"
+            how = (
+                f"has {what} {value}, but the first file {paths[0]} has {values[0]}: all files of one input must agree"
+            )
         else:
             how = None
         if how:
@@ -180,4 +183,3 @@ def select_columns(names: list, args) -> list:
         if col is not None and col not in selected:
             selected.append(col)
     return selected
-

@@ -34,19 +34,38 @@ class CsvSource(Source):
 
     @classmethod
     def add_flags(cls, group) -> None:
-        flag(group, "column", action="append", default=[], metavar="NAME:TYPE",
-             help="column type: int64, float32 or string (repeatable)")
+        flag(
+            group,
+            "column",
+            action="append",
+            default=[],
+            metavar="NAME:TYPE",
+            help="column type: int64, float32 or string (repeatable)",
+        )
         flag(group, "schema", help="JSON file mapping column names to types")
         flag(group, "delimiter", default=",", help="CSV field delimiter")
-        flag(group, "csv_split_mb", type=float, default=_csv_ranges.DEFAULT_SPLIT_MB,
-             help="read CSV files larger than this as byte ranges in parallel (0: always whole); with "
-             "--allow_quoted_newlines, files with newlines inside quoted fields are detected and read whole")
-        group.add_argument("--allow_quoted_newlines", "--allow-quoted-newlines", dest="allow_quoted_newlines",
-                           action="store_true",
-                           help="let quoted CSV fields span lines (default: a line whose quote does not close on it "
-                           "is quarantined as unterminated_quote, and the next line is read as a row)")
-        flag(group, "null_values", default=",".join(v for v in _sources.DEFAULT_NULL_VALUES if v),
-             help="comma-separated markers read as missing values; empty cells are always missing")
+        flag(
+            group,
+            "csv_split_mb",
+            type=float,
+            default=_csv_ranges.DEFAULT_SPLIT_MB,
+            help="read CSV files larger than this as byte ranges in parallel (0: always whole); with "
+            "--allow_quoted_newlines, files with newlines inside quoted fields are detected and read whole",
+        )
+        group.add_argument(
+            "--allow_quoted_newlines",
+            "--allow-quoted-newlines",
+            dest="allow_quoted_newlines",
+            action="store_true",
+            help="let quoted CSV fields span lines (default: a line whose quote does not close on it "
+            "is quarantined as unterminated_quote, and the next line is read as a row)",
+        )
+        flag(
+            group,
+            "null_values",
+            default=",".join(v for v in _sources.DEFAULT_NULL_VALUES if v),
+            help="comma-separated markers read as missing values; empty cells are always missing",
+        )
 
     @classmethod
     def check_flags(cls, args) -> None:
@@ -58,8 +77,9 @@ class CsvSource(Source):
     def _format(args) -> _sources.CsvFormat:
         nulls = tuple(dict.fromkeys([""] + [v for v in args.null_values.split(",")]))
         try:
-            return _sources.CsvFormat(delimiter=args.delimiter, null_values=nulls,
-                                      allow_quoted_newlines=args.allow_quoted_newlines)
+            return _sources.CsvFormat(
+                delimiter=args.delimiter, null_values=nulls, allow_quoted_newlines=args.allow_quoted_newlines
+            )
         except ValueError as e:
             raise ConversionError(str(e)) from e
 
@@ -100,8 +120,9 @@ class CsvSource(Source):
 
     def expand_items(self, items: beam.PCollection) -> beam.PCollection:
         if self.split_bytes and any(size > self.split_bytes for size in self.file_sizes):
-            return items | "SplitCsv" >> _csv_ranges.SplitCsvFiles(self.file_sizes, self.split_bytes,
-                                                                   self.csv.allow_quoted_newlines)
+            return items | "SplitCsv" >> _csv_ranges.SplitCsvFiles(
+                self.file_sizes, self.split_bytes, self.csv.allow_quoted_newlines
+            )
         return items
 
     @property
@@ -134,8 +155,15 @@ class CsvSource(Source):
             arr, bad_cells = _typing.convert_text_column(raw, dtype)
             for i in np.flatnonzero(bad_cells & ~bad_mask):
                 value = raw[i].as_py().decode("utf-8", "backslashreplace")
-                bad.append(_sources.BadRow(path, int(rows[i]), f"column {name!r}: {_typing.bad_cell_reason(value, dtype)}",
-                                           self.row_text(batch, i), "type"))
+                bad.append(
+                    _sources.BadRow(
+                        path,
+                        int(rows[i]),
+                        f"column {name!r}: {_typing.bad_cell_reason(value, dtype)}",
+                        self.row_text(batch, i),
+                        "type",
+                    )
+                )
             bad_mask |= bad_cells
             cols.append((name, dtype, arr))
         return cols, bad, bad_mask

@@ -28,11 +28,24 @@ class ImageSource(Source):
 
     @classmethod
     def add_flags(cls, group) -> None:
-        flag(group, "path_column", default="path", help="manifest column holding image paths (relative to the manifest)")
+        flag(
+            group, "path_column", default="path", help="manifest column holding image paths (relative to the manifest)"
+        )
         flag(group, "max_side", type=int, help="downsize images whose longer side exceeds this many pixels")
-        flag(group, "reencode", choices=["jpeg", "png"], help="re-encode every image (EXIF-oriented, RGB); default: keep the original bytes")
+        flag(
+            group,
+            "reencode",
+            choices=["jpeg", "png"],
+            help="re-encode every image (EXIF-oriented, RGB); default: keep the original bytes",
+        )
         flag(group, "quality", type=int, default=90, help="JPEG quality when re-encoding or downsizing JPEGs")
-        flag(group, "max_pixels", type=int, default=_images.DEFAULT_MAX_PIXELS, help="quarantine images with more pixels (decompression bombs)")
+        flag(
+            group,
+            "max_pixels",
+            type=int,
+            default=_images.DEFAULT_MAX_PIXELS,
+            help="quarantine images with more pixels (decompression bombs)",
+        )
 
     @classmethod
     def check_flags(cls, args) -> None:
@@ -41,8 +54,9 @@ class ImageSource(Source):
     @staticmethod
     def _options(args) -> _images.ImageOptions:
         try:
-            return _images.ImageOptions(max_side=args.max_side, reencode=args.reencode, quality=args.quality,
-                                        max_pixels=args.max_pixels)
+            return _images.ImageOptions(
+                max_side=args.max_side, reencode=args.reencode, quality=args.quality, max_pixels=args.max_pixels
+            )
         except ValueError as e:
             raise ConversionError(str(e)) from e
 
@@ -51,8 +65,9 @@ class ImageSource(Source):
         try:
             if _image_inputs.is_manifest(args.input):
                 columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
-                corpus = _image_inputs.read_manifest(args.input, path_column=args.path_column,
-                                                     label_column=args.label or "label", columns=columns)
+                corpus = _image_inputs.read_manifest(
+                    args.input, path_column=args.path_column, label_column=args.label or "label", columns=columns
+                )
             else:
                 corpus = _image_inputs.list_folder(args.input)
         except ValueError as e:
@@ -100,7 +115,12 @@ class ImageSource(Source):
     def metadata(self, counters: dict) -> dict:
         formats = {k.split(":", 1)[1]: v for k, v in sorted(counters.items()) if k.startswith("format:")}
         actions = {k: v for k, v in sorted(counters.items()) if not k.startswith("format:")}
-        return {"feature": self.binary_columns[0], "stored": self.images.recorded(), "formats": formats, "actions": actions}
+        return {
+            "feature": self.binary_columns[0],
+            "stored": self.images.recorded(),
+            "formats": formats,
+            "actions": actions,
+        }
 
     @property
     def vocabulary(self) -> tuple:

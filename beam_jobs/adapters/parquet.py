@@ -30,9 +30,14 @@ class ParquetSource(Source):
         # Every file's whole schema is checked: without --columns, a column that only some
         # files have would otherwise be left out of the records without a word.
         stored = {}  # path -> its columns' types
-        first = first_mismatch(paths, lambda p: stored.setdefault(p, _column_types(p, columns)), "columns",
-                               lambda first, value, first_path: _schema_difference(first, value, first_path, columns,
-                                                                                   every=not args.columns))
+        first = first_mismatch(
+            paths,
+            lambda p: stored.setdefault(p, _column_types(p, columns)),
+            "columns",
+            lambda first, value, first_path: _schema_difference(
+                first, value, first_path, columns, every=not args.columns
+            ),
+        )
         return cls(
             input_pattern=args.input,
             columns=tuple(columns),
@@ -115,15 +120,21 @@ def _schema_difference(first: dict, value: dict, first_path: str, columns: list,
             [f"has column(s) {extra} that the first file {first_path} lacks"] * bool(extra)
             + [f"lacks column(s) {missing} that the first file {first_path} has"] * bool(missing)
         )
-        fix = f"convert the columns they share by listing them, e.g. --columns {shared}" if shared else "they share none: convert them separately"
+        fix = (
+            f"convert the columns they share by listing them, e.g. --columns {shared}"
+            if shared
+            else "they share none: convert them separately"
+        )
         return f"{how}: all files of one input must have the same columns; {fix}"
     differ = [c for c in columns if value[c][:2] != first[c][:2]]
     if not differ:
         return None
     this = {c: _describe(*value[c][:2]) for c in differ}
     that = {c: _describe(*first[c][:2]) for c in differ}
-    return (f"has column types {this}, but the first file {first_path} has {that}: all files of one input must "
-            "agree; leave the column(s) out with --columns, or rewrite the files with one type per column")
+    return (
+        f"has column types {this}, but the first file {first_path} has {that}: all files of one input must "
+        "agree; leave the column(s) out with --columns, or rewrite the files with one type per column"
+    )
 
 
 def _describe(dtype: str, shape: tuple) -> str:
