@@ -33,7 +33,7 @@ def typed(source, path: str, chunk: _sources.Chunk, types: dict, label: str | No
     cols, bad, bad_mask = source.type_chunk(path, chunk, types)
     rows = chunk.rows
     if label is not None:
-        labels = cols[source.columns.index(label)][2]
+        labels = next(arr for name, _, arr in cols if name == label)
         missing = ~np.asarray(labels.is_valid().to_numpy(zero_copy_only=False), bool)
         for i in np.flatnonzero(missing & ~bad_mask):
             bad.append(
@@ -41,7 +41,7 @@ def typed(source, path: str, chunk: _sources.Chunk, types: dict, label: str | No
                     path,
                     int(rows[i]),
                     f"label column {label!r} is missing",
-                    source.row_text(chunk.batch, i),
+                    source.row_text(chunk, i),
                     "missing_label",
                 )
             )

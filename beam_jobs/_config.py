@@ -4,10 +4,22 @@ from __future__ import annotations
 
 import dataclasses
 
+from beam_jobs import _plan
+from beam_jobs._errors import ConversionError
+from beam_jobs._job_options import JobOptions
 from beam_jobs.adapters import Source
 from ingest import contract
 
-__all__ = ["JobConfig"]
+__all__ = ["JobConfig", "Decided"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Decided:
+    """What the job settles once the data has been seen (a first pass, where there is one)."""
+
+    types: dict  # column -> (dtype, shape), in feature order
+    binary: frozenset  # bytes columns holding binary data, not UTF-8 text
+    num_shards: tuple  # per split
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,12 +30,32 @@ class JobConfig:
     label: str | None = None
     splits: tuple = (("train", 1.0),)
     split_key: str | None = None
-    num_shards: tuple = (1,)  # per split
+    num_shards: tuple | None = (1,)  # per split; None: planned from the first pass
+    target_shard_mb: float = _plan.DEFAULT_TARGET_SHARD_MB
     shuffle: bool = True
     seed: int = 0
     compression: str = "none"
     max_bad_fraction: float = 0.001
     overwrite: bool = False
+
+    @classmethod
+    def of(cls, opts: JobOptions, source: Source, *, tmp_dir: str, label: str | None) -> "JobConfig":
+        """The configuration of a job with these checked options, reading `source`."""
+        return cls(
+            source=source,
+            output=opts.output,
+            tmp_dir=tmp_dir,
+            label=label,
+            splits=opts.splits,
+            split_key=opts.split_key,
+            num_shards=tuple(opts.num_shards for _ in opts.splits) if opts.num_shards else None,
+            target_shard_mb=opts.target_shard_mb,
+            shuffle=opts.shuffle,
+            seed=opts.seed,
+            compression=opts.compression,
+            max_bad_fraction=opts.max_bad_fraction,
+            overwrite=opts.overwrite,
+        )
 
     @property
     def columns(self) -> tuple:
@@ -36,18 +68,29 @@ class JobConfig:
     def for_workers(self) -> "JobConfig":
         return dataclasses.replace(self, source=self.source.for_workers())
 
-    def types(self, type_counts) -> dict:
-        """(dtype, shape) per column, from given types, inference, or the source's schema."""
-        return self.source.decided_types(type_counts, tolerance=self.max_bad_fraction)
+    def decide(self, type_counts) -> Decided:
+        """Column types (given, inferred, or the source's schema) and shard counts."""
+        types = self.source.decided_types(type_counts, tolerance=self.max_bad_fraction)
+        for what, column in (("label", self.label), ("split_key", self.split_key)):
+            if column is not None and column not in types:
+                raise ConversionError(f"the {what} column {column!r} is not among the columns: {list(types)}")
+        return Decided(types, frozenset(self.source.binary_of(type_counts)), self.shard_counts(type_counts))
 
-    def recorded_options(self) -> dict:
+    def shard_counts(self, type_counts) -> tuple:
+        """Shards per split: as given, or planned from the output's expected size."""
+        return self.num_shards or tuple(
+            _plan.plan_num_shards(int(self.source.planned_bytes(type_counts) * f), target_shard_mb=self.target_shard_mb)
+            for _, f in self.splits
+        )
+
+    def recorded_options(self, decided: Decided) -> dict:
         """The options that shaped the output, as recorded in the metadata."""
         return {
-            "columns": list(self.columns),
+            "columns": list(decided.types),
             "label": self.label,
             "splits": dict(self.splits),
             "split_key": self.split_key,
-            "num_shards": dict(zip(self.split_names, self.num_shards)),
+            "num_shards": dict(zip(self.split_names, decided.num_shards)),
             "shuffle": self.shuffle,
             "seed": self.seed,
             "compression": self.compression,

@@ -14,7 +14,7 @@ import logging
 from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs import _output
-from beam_jobs._config import JobConfig
+from beam_jobs._config import Decided, JobConfig
 from beam_jobs._errors import ConversionError
 from beam_jobs._stats import ConversionStats
 from ingest import contract
@@ -28,11 +28,9 @@ def _join(base: str, name: str) -> str:
     return FileSystems.join(base, name)
 
 
-def build_features(cfg: JobConfig, stats: ConversionStats, type_counts) -> tuple:
-    types = cfg.types(type_counts)
+def build_features(cfg: JobConfig, stats: ConversionStats, decided: Decided) -> tuple:
     features = []
-    for name in cfg.columns:
-        dtype, shape = types[name]
+    for name, (dtype, shape) in decided.types.items():
         features.append(
             contract.FeatureSpec(
                 name=name,
@@ -40,7 +38,7 @@ def build_features(cfg: JobConfig, stats: ConversionStats, type_counts) -> tuple
                 shape=shape,
                 missing=int(stats.missing.get(name, 0)),
                 role=cfg.source.role(name, cfg.label),
-                text=dtype == "bytes" and name not in cfg.source.binary_columns,
+                text=dtype == "bytes" and name not in decided.binary,
                 min_length=stats.min_len.get(name),
                 max_length=stats.max_len.get(name),
             )
@@ -109,7 +107,8 @@ def finalize_dataset(
 
 def _commit_plan(cfg: JobConfig, shards: list, stats: ConversionStats, quarantine: list, type_counts) -> dict:
     _check_quality(cfg, stats, quarantine)
-    features = build_features(cfg, stats, type_counts)
+    decided = cfg.decide(type_counts)
+    features = build_features(cfg, stats, decided)
     metadata_path = _join(cfg.output, contract.METADATA_FILENAME)
     old = set()
     if FileSystems.exists(metadata_path):
@@ -153,7 +152,7 @@ def _commit_plan(cfg: JobConfig, shards: list, stats: ConversionStats, quarantin
             "rows": stats.rows,
             "job": cfg.job_id,
         },
-        options=cfg.recorded_options(),
+        options=cfg.recorded_options(decided),
         quarantine={
             "records": stats.bad,
             "reasons": dict(sorted(stats.reasons.items())),

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import uuid
 
-from beam_jobs import _plan
+from beam_jobs import _output, _plan
 from beam_jobs._errors import ConversionError
 
 __all__ = ["JobOptions"]
@@ -24,7 +25,7 @@ class JobOptions:
     seed: int = 0
     shuffle: bool = True
     overwrite: bool = False
-    stale_job_hours: float = 24.0
+    stale_job_hours: float = _output.DEFAULT_STALE_HOURS
 
     def __post_init__(self):
         if not 0 <= self.max_bad_fraction <= 1:
@@ -37,6 +38,16 @@ class JobOptions:
             raise ConversionError(f"--stale_job_hours must be positive, got {self.stale_job_hours}")
         if self.compression not in ("none", "gzip"):
             raise ConversionError(f"--compression must be none or gzip, got {self.compression!r}")
+
+    def claim_output(self, *, running_here: bool = True) -> str:
+        """Claims --output for a new job (`_output.claim_output`); returns its temp dir."""
+        return _output.claim_output(
+            self.output,
+            overwrite=self.overwrite,
+            job_id=uuid.uuid4().hex[:12],
+            stale_after_s=self.stale_job_hours * 3600,
+            running_here=running_here,
+        )
 
     @classmethod
     def from_args(cls, args) -> "JobOptions":

@@ -50,6 +50,10 @@ COMMIT_FILE = "commit.json"
 DEFAULT_STALE_HOURS = 24.0
 
 
+# Jobs of this process that claimed a directory and have not released it (convert.run).
+_RUNNING_HERE: set = set()
+
+
 class OutputError(ConversionError):
     """The output directory cannot be used as it is; the message says why and what to do."""
 
@@ -72,6 +76,8 @@ class JobMarker:
         if self.state != "running":
             return False
         if self.host == socket.gethostname():
+            if self.pid == os.getpid():  # an earlier job of this process (a notebook's): done unless running
+                return self.job_id in _RUNNING_HERE
             return _pid_alive(self.pid)
         return now - self.started < stale_after_s
 
@@ -212,9 +218,11 @@ def _recover(temp_dir: str, output: str, current: contract.DatasetInfo | None) -
     remove_temp_dir(temp_dir)
 
 
-def claim_output(output: str, *, overwrite: bool, job_id: str, stale_after_s: float) -> str:
+def claim_output(output: str, *, overwrite: bool, job_id: str, stale_after_s: float, running_here: bool = True) -> str:
     """Checks `output` can take a new dataset, cleans up after dead jobs, and creates
-    this job's temp dir with its marker. Returns the temp dir.
+    this job's temp dir with its marker. Returns the temp dir. `running_here`: the caller
+    releases the claim when the job stops (`release`); without it, a later job of this
+    process takes the temp dir for abandoned.
 
     Refuses (OutputError) a directory that holds a live job's temp dir, a dataset
     without `overwrite`, or any file that neither the dataset's metadata nor a job's
@@ -251,6 +259,8 @@ def claim_output(output: str, *, overwrite: bool, job_id: str, stale_after_s: fl
         )
     temp_dir = FileSystems.join(output, contract.TEMP_PREFIX + job_id)
     marker = JobMarker.new(job_id)
+    if running_here:
+        _RUNNING_HERE.add(job_id)
     write_text(FileSystems.join(temp_dir, JOB_FILE), marker.to_json())
     _refuse_if_not_first(output, temp_dir, marker, stale_after_s)
     return temp_dir
@@ -269,6 +279,7 @@ def _refuse_if_not_first(output: str, temp_dir: str, mine: JobMarker, stale_afte
             and other.alive(now=now, stale_after_s=stale_after_s)
             and (other.started, other.job_id) < (mine.started, mine.job_id)
         ):
+            _RUNNING_HERE.discard(mine.job_id)
             delete_tree(temp_dir)
             raise OutputError(_busy_message(output, other, other_dir, stale_after_s))
 
@@ -285,6 +296,7 @@ def release(temp_dir: str) -> None:
     """Marks a job that stopped without a dataset as ended, so the next run may clean up
     its temp dir (kept until then: its quarantine explains the failure)."""
     path = FileSystems.join(temp_dir, JOB_FILE)
+    _RUNNING_HERE.discard(temp_dir.rsplit("/", 1)[-1].removeprefix(contract.TEMP_PREFIX))
     try:
         if FileSystems.exists(path):
             marker = JobMarker.from_json(read_text(path))

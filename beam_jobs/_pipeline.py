@@ -19,7 +19,6 @@ corpus in memory. Fragments on disk bound memory by the shard size instead.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import time
@@ -34,7 +33,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_jobs import _chunk, _commit, _fragments, _typing
+from beam_jobs import _chunk, _commit, _fragments
 from beam_jobs._background import BackgroundWriter, prefetched
 from beam_jobs._config import JobConfig
 from beam_jobs._example_encoder import encode_batch
@@ -60,11 +59,6 @@ class _CountTypes(beam.DoFn):
         yield from self._source.count_types(item)
 
 
-def _merge_type_counts(many) -> dict:
-    total = _typing.merge_counts({k: _typing.TypeCounts(**v) for k, v in c.items()} for c in many)
-    return {k: dataclasses.asdict(v) for k, v in total.items()}
-
-
 # --- conversion --------------------------------------------------------------------
 
 
@@ -79,7 +73,6 @@ class _ConvertFiles(beam.DoFn):
 
     def __init__(self, cfg: JobConfig):
         self._cfg = cfg
-        self._routing = _chunk.Routing(cfg.splits, cfg.num_shards, cfg.shuffle, cfg.seed)
         self._rows_read = Metrics.counter("ingest", "rows_read")
         self._rows_bad = Metrics.counter("ingest", "rows_quarantined")
         self._records = Metrics.counter("ingest", "records_written")
@@ -97,18 +90,19 @@ class _ConvertFiles(beam.DoFn):
         cfg = self._cfg
         file_index, _, byte_range = item
         part = byte_range.index if byte_range is not None else 0
-        types = cfg.types(type_counts)
+        decided = cfg.decide(type_counts)
+        routing = _chunk.Routing(cfg.splits, decided.num_shards, cfg.shuffle, cfg.seed)
         position: dict = {}  # split -> records of this file part so far
         path, chunks = cfg.source.read(item)
         # The next chunk is read and parsed while this one is typed and encoded.
         for chunk_index, chunk in enumerate(prefetched(chunks)):
-            self._convert_chunk(path, (file_index, part, chunk_index), chunk, types, position)
+            self._convert_chunk(path, (file_index, part, chunk_index), chunk, decided.types, routing, position)
             self._maybe_log_progress()
         if not cfg.shuffle:
             # One fragment per file keeps source order when fragments are concatenated.
             yield from (beam.pvalue.TaggedOutput(self.FRAGMENTS, f) for f in self._fragments.close())
 
-    def _convert_chunk(self, path, where, chunk, types, position):
+    def _convert_chunk(self, path, where, chunk, types, routing, position):
         """`where`: (file index, byte range index, chunk index), the chunk's place in the input."""
         cfg = self._cfg
         done = _chunk.typed(cfg.source, path, chunk, types, cfg.label)
@@ -124,10 +118,10 @@ class _ConvertFiles(beam.DoFn):
         if cfg.split_key is None:
             hashes = crcs
         else:
-            hashes = _chunk.key_hashes(done.cols[cfg.columns.index(cfg.split_key)][2])
+            hashes = _chunk.key_hashes(next(arr for name, _, arr in done.cols if name == cfg.split_key))
         added: dict = {}
         for split, shard, data, lengths in _chunk.routed(
-            frames_array(buf, frame_offsets), hashes, self._routing, where, position
+            frames_array(buf, frame_offsets), hashes, routing, where, position
         ):
             self._fragments.append(split, shard, where, data, lengths)
             added[split] = added.get(split, 0) + len(lengths)
@@ -212,7 +206,7 @@ class ConvertToTFRecords(beam.PTransform):
             type_counts = (
                 files
                 | "CountTypes" >> beam.ParDo(_CountTypes(cfg))
-                | "MergeTypeCounts" >> beam.CombineGlobally(_merge_type_counts)
+                | "MergeTypeCounts" >> beam.CombineGlobally(cfg.source.merge_type_counts)
             )
             side = [beam.pvalue.AsSingleton(type_counts)]
         converted = files | "ConvertFiles" >> beam.ParDo(_ConvertFiles(cfg), *side).with_outputs(

@@ -15,7 +15,6 @@ import argparse
 import logging
 import sys
 import time
-import uuid
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -115,30 +114,7 @@ def make_config(args, pipeline_options: PipelineOptions | None = None) -> JobCon
         raise ConversionError(
             f"--split_key {opts.split_key!r} is not a feature of the records; features: {list(source.columns)}"
         )
-    if opts.num_shards is not None:
-        num_shards = tuple(opts.num_shards for _ in opts.splits)
-    else:
-        estimate = int(source.input_bytes * source.expansion())
-        num_shards = tuple(
-            _plan.plan_num_shards(int(estimate * f), target_shard_mb=opts.target_shard_mb) for _, f in opts.splits
-        )
-    tmp_dir = _output.claim_output(
-        opts.output, overwrite=opts.overwrite, job_id=uuid.uuid4().hex[:12], stale_after_s=opts.stale_job_hours * 3600
-    )
-    return JobConfig(
-        source=source,
-        output=opts.output,
-        tmp_dir=tmp_dir,
-        label=source.fixed_label or args.label,
-        splits=opts.splits,
-        split_key=opts.split_key,
-        num_shards=num_shards,
-        shuffle=opts.shuffle,
-        seed=opts.seed,
-        compression=opts.compression,
-        max_bad_fraction=opts.max_bad_fraction,
-        overwrite=opts.overwrite,
-    )
+    return JobConfig.of(opts, source, tmp_dir=opts.claim_output(), label=source.fixed_label or args.label)
 
 
 def _runner(options: PipelineOptions):
@@ -187,7 +163,7 @@ def run(argv=None) -> contract.DatasetInfo | None:
         cfg.output,
         list(cfg.columns),
         dict(cfg.splits),
-        list(cfg.num_shards),
+        list(cfg.shard_counts(None)),
     )
     start = time.perf_counter()
     try:
@@ -197,8 +173,7 @@ def run(argv=None) -> contract.DatasetInfo | None:
         # A job that stopped without committing (failed, or a dry run) gives up its claim
         # on the directory; the temp dir (with the quarantine that explains a failure)
         # is kept until the next run cleans it up.
-        if FileSystems.exists(FileSystems.join(cfg.tmp_dir, _output.JOB_FILE)):
-            _output.release(cfg.tmp_dir)
+        _output.release(cfg.tmp_dir)
     elapsed = time.perf_counter() - start
     metadata = FileSystems.join(cfg.output, contract.METADATA_FILENAME)
     if not FileSystems.exists(metadata):

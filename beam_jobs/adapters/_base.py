@@ -60,6 +60,14 @@ class Source:
         """Output bytes per input byte, for planning shard counts."""
         raise NotImplementedError
 
+    def planned_bytes(self, type_counts) -> int:
+        """The output's expected size, for planning shard counts."""
+        return int(self.input_bytes * self.expansion())
+
+    def binary_of(self, type_counts) -> tuple:
+        """The bytes columns that hold binary data, not text."""
+        return self.binary_columns
+
     def for_workers(self) -> "Source":
         """The part of the source workers need (launch-only data left out)."""
         return self
@@ -78,6 +86,10 @@ class Source:
     def count_types(self, item: WorkItem) -> Iterator[dict]:
         raise NotImplementedError
 
+    def merge_type_counts(self, many) -> dict:
+        """One total of the first pass's counts (Beam combines them globally)."""
+        raise NotImplementedError
+
     def decided_types(self, type_counts, *, tolerance: float) -> dict:
         """{column: (dtype, shape)} for every column, given the merged type counts."""
         raise NotImplementedError
@@ -90,9 +102,9 @@ class Source:
         """Types a chunk's columns: ([(name, dtype, array)], [BadRow], bad-row mask)."""
         raise NotImplementedError
 
-    def row_text(self, batch, i: int) -> str:
-        """Row `i` of a chunk's batch as the quarantine shows it: JSON of its values."""
-        values = batch.slice(i, 1).to_pylist()[0].items()
+    def row_text(self, chunk, i: int) -> str:
+        """Row `i` of a chunk as the quarantine shows it: JSON of its values."""
+        values = chunk.batch.slice(i, 1).to_pylist()[0].items()
         return json.dumps(
             {k: (v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else v) for k, v in values}, default=str
         )

@@ -138,6 +138,10 @@ class CsvSource(Source):
             counts = _typing.count_types(chunk.batch)
             yield {k: dataclasses.asdict(v) for k, v in counts.items()}
 
+    def merge_type_counts(self, many) -> dict:
+        total = _typing.merge_counts({k: _typing.TypeCounts(**v) for k, v in c.items()} for c in many)
+        return {k: dataclasses.asdict(v) for k, v in total.items()}
+
     def decided_types(self, type_counts, *, tolerance: float) -> dict:
         counts = {k: _typing.TypeCounts(**v) for k, v in (type_counts or {}).items()}
         types = _typing.decide_types(counts, self.columns, tolerance=tolerance, given=dict(self.given_types))
@@ -160,7 +164,7 @@ class CsvSource(Source):
                         path,
                         int(rows[i]),
                         f"column {name!r}: {_typing.bad_cell_reason(value, dtype)}",
-                        self.row_text(batch, i),
+                        self.row_text(chunk, i),
                         "type",
                     )
                 )
@@ -168,8 +172,8 @@ class CsvSource(Source):
             cols.append((name, dtype, arr))
         return cols, bad, bad_mask
 
-    def row_text(self, batch, i: int) -> str:
-        return _sources.row_text(batch, i, self.csv)
+    def row_text(self, chunk, i: int) -> str:
+        return _sources.row_text(chunk.batch, i, self.csv)
 
     def recorded(self) -> dict:
         return {

@@ -81,7 +81,7 @@ def type_arrow_chunk(source: Source, path: str, chunk, types: dict) -> tuple:
             raise ValueError(f"input file {path}{row}: {e}") from e
         for i, reason in unfit:
             if not bad_mask[i]:
-                bad.append(_sources.BadRow(path, int(rows[i]), reason, source.row_text(batch, i), "type"))
+                bad.append(_sources.BadRow(path, int(rows[i]), reason, source.row_text(chunk, i), "type"))
             bad_mask[i] = True
         if (got_dtype, got_shape) != (dtype, shape):
             raise ValueError(

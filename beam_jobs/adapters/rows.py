@@ -1,0 +1,276 @@
+"""Rows from a PCollection: dicts (as ReadFromBigQuery yields them) or pyarrow RecordBatches.
+
+Nothing is known before the data is seen, so types come from a first pass, as for CSV:
+each column's values are counted by kind, and the decision keeps every value whole:
+
+- one kind: that type (bool and int: int64; float: float32; str and bytes: bytes; lists
+  of one kind: variable-length lists of it);
+- ints and floats: float32 if float32 holds every int exactly;
+- otherwise the most common kind, when the others are at most `max_bad_fraction` of the
+  column's values (their rows are quarantined, `type`); else the job fails naming the
+  column and its kinds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import ClassVar, Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from beam_jobs import _sources, _typing
+from beam_jobs._errors import ConversionError
+from beam_jobs.adapters._base import Source, WorkItem
+
+__all__ = ["RowsSource", "RowsChunk"]
+
+_INT64 = (-(2**63), 2**63 - 1)
+_FLOAT32_EXACT = 2**24  # every int of at most this magnitude is exact in float32
+_DTYPE = {"int64": "int64", "float32": "float32", "text": "bytes", "binary": "bytes"}
+_ARROW = {"int64": pa.int64(), "float32": pa.float64(), "bytes": pa.large_binary()}
+_BYTES_PER_VALUE = 12  # a tf.Example feature around a small value, for planning shard counts
+
+
+def _scalar_kind(v) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, (bool, np.bool_, int, np.integer)):
+        return "int64"
+    if isinstance(v, (float, np.floating)):
+        return "float32"
+    if isinstance(v, str):
+        return "text"
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return "binary"
+    return f"unsupported {type(v).__name__}"
+
+
+def value_kind(v) -> str | None:
+    """'int64', 'float32', 'text', 'binary', 'list of <kind>', 'list' (empty), or 'unsupported ...'."""
+    if isinstance(v, (list, tuple, np.ndarray)):
+        kinds = {_scalar_kind(x) for x in v}
+        if not kinds:
+            return "list"
+        if len(kinds) == 1 and None not in kinds and not next(iter(kinds)).startswith("unsupported"):
+            return f"list of {next(iter(kinds))}"
+        if kinds <= {"int64", "float32"}:
+            return "list of float32"
+        return "unsupported list of " + "/".join(sorted(str(k) for k in kinds))
+    return _scalar_kind(v)
+
+
+def _arrow_kind(t: pa.DataType, name: str) -> str:
+    dtype, shape = _typing.arrow_dtype(name, t)
+    kind = ("binary" if _typing.holds_binary(t) else "text") if dtype == "bytes" else dtype
+    return kind if shape == () else f"list of {kind}"
+
+
+def _family(kind: str) -> str:
+    """Kinds stored alike: text and binary are both bytes."""
+    return kind.replace("text", "bytes").replace("binary", "bytes")
+
+
+@dataclasses.dataclass
+class RowsChunk(_sources.Chunk):
+    records: list = dataclasses.field(default_factory=list)  # the dict rows, when the input gave dicts
+
+
+@dataclasses.dataclass(frozen=True)
+class RowsSource(Source):
+    name: str = "WriteDataset"  # how bad rows name their source
+
+    format: ClassVar[str] = "rows"
+
+    def expansion(self) -> float:
+        return 1.0
+
+    def planned_bytes(self, type_counts) -> int:
+        return int(type_counts["bytes"])
+
+    @property
+    def infer(self) -> bool:
+        return True
+
+    def count_types(self, item: WorkItem) -> Iterator[dict]:
+        payload = item[1]
+        kinds: dict = {}
+        inexact: dict = {}
+        where: dict = {}  # column -> its earliest place in a row: columns keep the input's order
+        size = 0
+        if isinstance(payload, pa.RecordBatch):
+            for i, (name, col) in enumerate(zip(payload.schema.names, payload.columns)):
+                kinds[name] = {_arrow_kind(col.type, name): len(col) - col.null_count}
+                where[name] = i
+            size = payload.nbytes + _BYTES_PER_VALUE * payload.num_rows * payload.num_columns
+        else:
+            for row in payload:
+                for i, (name, v) in enumerate(row.items()):
+                    where[name] = min(i, where.get(name, i))
+                    kind = value_kind(v)
+                    counts = kinds.setdefault(name, {})
+                    if kind is not None:
+                        counts[kind] = counts.get(kind, 0) + 1
+                    if kind == "int64" and _not_exact_in_float32(v):
+                        inexact[name] = inexact.get(name, 0) + 1
+                    size += _BYTES_PER_VALUE + (len(v) if isinstance(v, (str, bytes)) else 8)
+        yield {"kinds": kinds, "inexact": inexact, "where": where, "bytes": size}
+
+    def merge_type_counts(self, many) -> dict:
+        out = {"kinds": {}, "inexact": {}, "where": {}, "bytes": 0}
+        for c in many:
+            out["bytes"] += c["bytes"]
+            for name, i in c["where"].items():
+                out["where"][name] = min(i, out["where"].get(name, i))
+            for name, n in c["inexact"].items():
+                out["inexact"][name] = out["inexact"].get(name, 0) + n
+            for name, kinds in c["kinds"].items():
+                mine = out["kinds"].setdefault(name, {})
+                for kind, n in kinds.items():
+                    mine[kind] = mine.get(kind, 0) + n
+        return out
+
+    def decided_types(self, type_counts, *, tolerance: float) -> dict:
+        counts = (type_counts or {}).get("kinds", {})
+        rest = sorted((c for c in counts if c not in self.columns), key=lambda c: (type_counts["where"][c], c))
+        order = [c for c in self.columns if c in counts] + rest
+        if not order:
+            raise ConversionError(f"{self.name}: the input PCollection holds no rows with columns")
+        return {
+            name: self._decide(name, counts[name], type_counts["inexact"].get(name, 0), tolerance) for name in order
+        }
+
+    def _decide(self, name: str, kinds: dict, inexact: int, tolerance: float) -> tuple:
+        families: dict = {}
+        for kind, n in kinds.items():
+            if kind != "list":  # an empty list fits any list kind
+                families[_family(kind)] = families.get(_family(kind), 0) + n
+        if not families:
+            families = {"list of int64" if "list" in kinds else "bytes": 0}
+        lists = any(k.startswith("list") for k in families)
+        numbers = {"list of int64", "list of float32"} if lists else {"int64", "float32"}
+        if len(families) == 2 and set(families) == numbers and not inexact:
+            families = {next(k for k in numbers if k.endswith("float32")): sum(families.values())}
+        best = max(families, key=lambda k: (families[k], k))
+        total = sum(families.values())
+        if best.startswith("unsupported") or total - families[best] > tolerance * total:
+            seen = ", ".join(f"{k}: {n}" for k, n in sorted(kinds.items()))
+            raise ConversionError(
+                f"{self.name}: column {name!r} holds values of several kinds ({seen}), more mixed than "
+                f"max_bad_fraction={tolerance} allows: give the column one type (convert its values in a Map "
+                "before WriteDataset), or raise max_bad_fraction to quarantine the fewer"
+                if not best.startswith("unsupported")
+                else f"{self.name}: column {name!r} holds values no tf.train.Example feature can store ({best}); "
+                "convert them (e.g. to str or int) in a Map before WriteDataset"
+            )
+        if best.startswith("list of "):
+            return _DTYPE.get(best[len("list of ") :], "bytes"), (None,)
+        return _DTYPE.get(best, "bytes"), ()
+
+    def binary_of(self, type_counts) -> tuple:
+        counts = (type_counts or {}).get("kinds", {})
+        return tuple(name for name, kinds in counts.items() if any(k.endswith("binary") for k in kinds))
+
+    def read(self, item: WorkItem) -> tuple:
+        index, payload, _ = item
+        where = f"{self.name} input batch {index}"
+        if isinstance(payload, pa.RecordBatch):
+            return where, iter([RowsChunk(payload, np.arange(payload.num_rows), [])])
+        return where, iter([RowsChunk(None, np.arange(len(payload)), [], records=list(payload))])
+
+    def row_text(self, chunk, i: int) -> str:
+        row = chunk.records[i] if chunk.batch is None else chunk.batch.slice(i, 1).to_pylist()[0]
+        return json.dumps(
+            {k: v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else v for k, v in row.items()},
+            default=str,
+        )
+
+    def type_chunk(self, path: str, chunk, types: dict) -> tuple:
+        if chunk.batch is not None:
+            fits = all(
+                name not in chunk.batch.schema.names
+                or _typing.arrow_dtype(name, chunk.batch.schema.field(name).type) == types[name]
+                for name in types
+            )
+            if not fits:  # some column of this batch has another type: value by value
+                chunk = RowsChunk(None, chunk.rows, chunk.bad, records=chunk.batch.to_pylist())
+        n = len(chunk.rows)
+        bad, bad_mask, cols = list(chunk.bad), np.zeros(n, bool), []
+        for name, (dtype, shape) in types.items():
+            if chunk.batch is not None:
+                arr = chunk.batch.column(name) if name in chunk.batch.schema.names else None
+            else:
+                values = [row.get(name) for row in chunk.records]
+                for i, v in enumerate(values):
+                    reason = None if v is None else _unfit(v, dtype, shape)
+                    if reason is not None:
+                        values[i] = None
+                        if not bad_mask[i]:
+                            bad.append(
+                                _sources.BadRow(
+                                    path,
+                                    int(chunk.rows[i]),
+                                    f"column {name!r}: {reason}",
+                                    self.row_text(chunk, i),
+                                    "type",
+                                )
+                            )
+                        bad_mask[i] = True
+                arr = pa.array([_stored(v, dtype) for v in values], _arrow_type(dtype, shape))
+            if arr is None:
+                arr = pa.nulls(n, _arrow_type(dtype, shape))
+            unfit: list = []
+            _, _, arr = _typing.canonical_arrow_column(arr, name, unfit=unfit)
+            for i, reason in unfit:
+                if not bad_mask[i]:
+                    bad.append(_sources.BadRow(path, int(chunk.rows[i]), reason, self.row_text(chunk, i), "type"))
+                bad_mask[i] = True
+            cols.append((name, dtype, arr))
+        return cols, bad, bad_mask
+
+
+def _not_exact_in_float32(v) -> bool:
+    v = int(v)
+    if abs(v) <= _FLOAT32_EXACT:
+        return False
+    return not _INT64[0] <= v <= _INT64[1] or int(np.float32(v)) != v
+
+
+def _arrow_type(dtype: str, shape: tuple) -> pa.DataType:
+    return _ARROW[dtype] if shape == () else pa.large_list(_ARROW[dtype])
+
+
+def _stored(v, dtype: str):
+    if v is None:
+        return None
+    if dtype == "bytes":
+        return [_as_bytes(x) for x in v] if isinstance(v, (list, tuple, np.ndarray)) else _as_bytes(v)
+    return list(v) if isinstance(v, (tuple, np.ndarray)) else v
+
+
+def _as_bytes(x):
+    return x.encode("utf-8") if isinstance(x, str) else bytes(x)
+
+
+def _unfit(v, dtype: str, shape: tuple) -> str | None:
+    """Why a value cannot be stored in the column's type, or None if it can, exactly."""
+    kind = value_kind(v)
+    is_list = kind.startswith("list")
+    if is_list != (shape != ()):
+        return f"{v!r} is {'a list' if is_list else 'not a list'}, but the column holds {_describe(dtype, shape)}"
+    element = kind[len("list of ") :] if kind.startswith("list of ") else kind
+    if kind == "list":
+        return None
+    if _family(element) != dtype and not (dtype == "float32" and element == "int64"):
+        return f"{v!r} is {element}, but the column holds {_describe(dtype, shape)}"
+    for x in v if shape != () else [v]:
+        if element == "int64" and not _INT64[0] <= int(x) <= _INT64[1]:
+            return f"{x} is beyond int64's range"
+        if dtype == "float32" and element == "int64" and _not_exact_in_float32(x):
+            return f"{x} is not exact in float32, the column's type"
+    return None
+
+
+def _describe(dtype: str, shape: tuple) -> str:
+    return dtype if shape == () else f"lists of {dtype}"

@@ -1,0 +1,143 @@
+"""`WriteDataset`: the conversion's writing half as a public Beam transform.
+
+    rows | beam_jobs.WriteDataset("gs://bucket/ds", label="y", splits={"train": 0.9, "eval": 0.1})
+
+`rows` is a PCollection of dicts (what `ReadFromBigQuery` yields, or any ParDo), of
+`beam.Row`s, or of `pyarrow.RecordBatch`es. The dataset is the one
+`python -m beam_jobs.convert` writes: shards, `dataset_info.json` written last, a
+quarantine for rows whose values do not fit the column types (`beam_jobs.adapters.rows`
+says how types are decided), and the same rules for the output directory.
+"""
+
+from __future__ import annotations
+
+import random
+
+import apache_beam as beam
+import pyarrow as pa
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
+
+from beam_jobs import _output, _plan
+from beam_jobs._config import JobConfig
+from beam_jobs._job_options import JobOptions
+from beam_jobs._pipeline import ConvertToTFRecords
+from beam_jobs.adapters.rows import RowsSource
+
+__all__ = ["WriteDataset"]
+
+
+class _ToWorkItems(beam.DoFn):
+    """dict | beam.Row | RecordBatch | Table -> (item index, [dict] | RecordBatch, None).
+
+    Dict rows are gathered into lists of up to `batch_rows`; Arrow data passes as it is.
+    The item index, random, only spreads items over shards.
+    """
+
+    def __init__(self, batch_rows: int):
+        self._batch_rows = batch_rows
+
+    def start_bundle(self):
+        self._rows = []
+
+    def process(self, element):
+        if isinstance(element, pa.Table):
+            for batch in element.to_batches():
+                yield self._item(batch)
+        elif isinstance(element, pa.RecordBatch):
+            yield self._item(element)
+        else:
+            self._rows.append(element._asdict() if hasattr(element, "_asdict") else dict(element))
+            if len(self._rows) >= self._batch_rows:
+                yield self._item(self._rows)
+                self._rows = []
+
+    def finish_bundle(self):
+        if self._rows:
+            yield WindowedValue(self._item(self._rows), MIN_TIMESTAMP, [GlobalWindow()])
+            self._rows = []
+
+    @staticmethod
+    def _item(payload):
+        return (random.getrandbits(31), payload, None)
+
+
+class WriteDataset(beam.PTransform):
+    """Writes a PCollection of rows as a dataset `ingest.make_dataset` reads.
+
+    Args:
+      output: dataset directory, local or gs://; empty, or holding a dataset this job
+        may replace (`overwrite`).
+      label: the label column; rows without one are quarantined.
+      columns: feature order (columns not listed follow in the order rows give them).
+      splits: {"train": 0.9, "eval": 0.1} or "train=0.9,eval=0.1" (default: all in train).
+      split_key: column whose value decides the split (default: the record content).
+      num_shards: shards per split (default: planned from the data's size).
+      shuffle, seed: shuffle records across and within shards, reproducibly per seed.
+      compression: "none" or "gzip".
+      max_bad_fraction: fail when more of the rows are quarantined.
+      overwrite: replace a dataset in `output` (the old one stays readable until the new
+        metadata lands).
+    Returns the metadata's JSON text, once written.
+    """
+
+    def __init__(
+        self,
+        output: str,
+        *,
+        label: str | None = None,
+        columns=None,
+        splits=None,
+        split_key: str | None = None,
+        num_shards: int | None = None,
+        target_shard_mb: float = _plan.DEFAULT_TARGET_SHARD_MB,
+        shuffle: bool = True,
+        seed: int = 0,
+        compression: str = "none",
+        max_bad_fraction: float = 0.001,
+        overwrite: bool = False,
+        stale_job_hours: float = _output.DEFAULT_STALE_HOURS,
+        batch_rows: int = 4096,
+    ):
+        super().__init__()
+        if isinstance(splits, dict):
+            splits = ",".join(f"{name}={fraction}" for name, fraction in splits.items())
+        # The same checks as the CLI's flags, at construction: a bad value fails before the pipeline runs.
+        self._opts = JobOptions(
+            source="rows",
+            input="<PCollection>",
+            output=str(output).rstrip("/"),
+            splits=tuple(_plan.parse_splits(splits).items()),
+            split_key=split_key,
+            num_shards=num_shards,
+            target_shard_mb=target_shard_mb,
+            compression=compression,
+            max_bad_fraction=max_bad_fraction,
+            seed=seed,
+            shuffle=shuffle,
+            overwrite=overwrite,
+            stale_job_hours=stale_job_hours,
+        )
+        self._label, self._columns, self._batch_rows = label, tuple(columns or ()), batch_rows
+
+    def expand(self, rows):
+        opts = self._opts
+        # Claimed when the pipeline is built, as the CLI does at launch; a pipeline that
+        # fails leaves its temp dir for the next run to clean up.
+        tmp_dir = opts.claim_output(running_here=False)
+        source = RowsSource(
+            input_pattern=f"{self.label} input",
+            columns=self._columns,
+            input_bytes=0,
+            input_count=0,
+            schema_origin="inferred",
+            name=self.label,
+        )
+        cfg = JobConfig.of(opts, source, tmp_dir=tmp_dir, label=self._label)
+        return (
+            rows
+            | "WorkItems" >> beam.ParDo(_ToWorkItems(self._batch_rows))
+            # (item index, [dict] | RecordBatch, None)
+            | "Convert" >> ConvertToTFRecords(cfg)
+        )

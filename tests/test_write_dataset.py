@@ -1,0 +1,155 @@
+"""beam_jobs.WriteDataset: a PCollection of rows -> the dataset `python -m beam_jobs.convert` writes."""
+
+from __future__ import annotations
+
+import os
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+
+import ingest
+from beam_jobs import WriteDataset
+from beam_jobs.convert import ConversionError
+from tests.conftest import convert_table, quarantine_lines, read_examples
+
+
+def _write(rows, out, **kwargs) -> ingest.DatasetInfo:
+    with TestPipeline() as p:
+        _ = p | beam.Create(rows, reshuffle=False) | WriteDataset(str(out), **kwargs)
+    return ingest.load_info(str(out))
+
+
+def _by_id(out, split="train") -> dict:
+    return {r["id"][0]: r for r in read_examples(out, split)}
+
+
+def test_dict_rows_become_a_dataset_the_runtime_reads(tmp):
+    rows = [
+        {"id": i, "x": i * 0.5, "name": f"n{i}", "blob": bytes([i % 256]), "tags": [i, i + 1], "y": i % 3}
+        for i in range(500)
+    ]
+    rows[7]["x"] = None  # a missing value stays missing
+    info = _write(rows, tmp / "ds", label="y", columns=["id", "x"], splits={"train": 0.8, "eval": 0.2}, seed=1)
+    features = {f.name: (f.dtype, f.shape, f.text) for f in info.features}
+    assert features == {
+        "id": ("int64", (), False),
+        "x": ("float32", (), False),
+        "blob": ("bytes", (), False),
+        "name": ("bytes", (), True),
+        "tags": ("int64", (None,), False),
+        "y": ("int64", (), False),
+    }
+    assert [f.name for f in info.features] == ["id", "x", "name", "blob", "tags", "y"]  # given, then the rows' order
+    assert info.split("train").records + info.split("eval").records == 500 and info.quarantine["records"] == 0
+    got = {**_by_id(tmp / "ds"), **_by_id(tmp / "ds", "eval")}
+    assert "x" not in got[7] and got[8]["x"] == [4.0] and got[9]["tags"] == [9, 10] and got[9]["name"] == [b"n9"]
+    batch = next(iter(ingest.make_dataset(str(tmp / "ds"), batch_size=50, split="train", num_epochs=1)))
+    assert batch[0]["id"].shape == (50,) and batch[1].shape == (50,)
+
+
+def test_record_batches_give_the_dataset_the_cli_writes_from_parquet(tmp):
+    table = pa.table(
+        {
+            "id": pa.array(range(300), pa.int64()),
+            "v": pa.array(np.linspace(0, 1, 300), pa.float64()),
+            "s": pa.array([f"s{i}" for i in range(300)]),
+            "l": pa.array([[i] * (i % 3) for i in range(300)], pa.list_(pa.int32())),
+        }
+    )
+    cli = convert_table(tmp / "cli", table, "--no_shuffle")
+    info = _write(table.to_batches(max_chunksize=64), tmp / "ds", shuffle=False)
+    cli_info = ingest.load_info(cli)
+    assert [(f.name, f.dtype, f.shape, f.text) for f in info.features] == [
+        (f.name, f.dtype, f.shape, f.text) for f in cli_info.features
+    ]
+    assert _records(tmp / "ds") == _records(cli)
+
+
+def _records(out) -> list:
+    return sorted(repr(sorted(r.items())) for r in read_examples(out))
+
+
+def test_a_few_stray_values_are_quarantined_and_a_mixed_column_is_an_error(tmp):
+    rows = [{"id": i, "v": i} for i in range(2000)]
+    rows[5]["v"] = "oops"
+    info = _write(rows, tmp / "ds", max_bad_fraction=0.01)
+    assert {f.name: f.dtype for f in info.features}["v"] == "int64"
+    assert info.quarantine["records"] == 1 and info.quarantine["reasons"] == {"type": 1}
+    [bad] = quarantine_lines(tmp / "ds")
+    assert "'oops' is text, but the column holds int64" in bad["reason"] and '"v": "oops"' in bad["raw"]
+    mixed = [{"id": i, "v": i if i % 2 else str(i)} for i in range(100)]
+    with pytest.raises(Exception, match=r"column 'v' holds values of several kinds \(int64: 50, text: 50\)"):
+        _write(mixed, tmp / "mixed")
+
+
+def test_ints_and_floats_share_float32_only_when_it_keeps_every_int(tmp):
+    small = [{"id": i, "v": i if i % 2 else i + 0.5} for i in range(100)]
+    info = _write(small, tmp / "small")
+    assert {f.name: f.dtype for f in info.features}["v"] == "float32"
+    assert sorted(r["v"][0] for r in read_examples(tmp / "small")) == sorted(float(r["v"]) for r in small)
+    ids = [{"id": i, "v": 10**18 + i} for i in range(1000)] + [{"id": 1000, "v": 0.5}]
+    info = _write(ids, tmp / "ids", max_bad_fraction=0.01)
+    assert {f.name: f.dtype for f in info.features}["v"] == "int64"  # not float32, which would merge them
+    assert len({r["v"][0] for r in read_examples(tmp / "ids")}) == 1000 and info.quarantine["records"] == 1
+
+
+def test_values_beyond_the_stored_type_are_quarantined_not_bent(tmp):
+    rows = [{"id": i, "big": 1, "f": 1.0} for i in range(1000)]
+    rows[1]["big"] = 2**64
+    rows[2]["f"] = 1e300
+    info = _write(rows, tmp / "ds", max_bad_fraction=0.01)
+    assert info.quarantine["records"] == 2
+    reasons = sorted(b["reason"] for b in quarantine_lines(tmp / "ds"))
+    assert "beyond int64's range" in reasons[0] + reasons[1] and "float32" in reasons[0] + reasons[1]
+
+
+def test_beam_rows_missing_labels_and_label_checks(tmp):
+    rows = [beam.Row(id=i, y=None if i == 3 else i % 2) for i in range(200)]
+    info = _write(rows, tmp / "ds", label="y", max_bad_fraction=0.01)
+    assert info.quarantine["reasons"] == {"missing_label": 1} and info.split("train").records == 199
+    with pytest.raises(Exception, match=r"the label column 'nope' is not among the columns: \['id', 'y'\]"):
+        _write([{"id": 1, "y": 0}], tmp / "nolabel", label="nope")
+
+
+def test_the_output_directory_rules_hold(tmp):
+    _write([{"id": 1}], tmp / "ds")
+    with pytest.raises(ConversionError, match=r"already holds a dataset .*overwrite"):
+        _write([{"id": 2}], tmp / "ds")
+    info = _write([{"id": 2}], tmp / "ds", overwrite=True)
+    assert [r["id"] for r in read_examples(tmp / "ds")] == [[2]] and info.split("train").records == 1
+    assert sorted(os.listdir(tmp / "ds")) == sorted(["dataset_info.json", info.split("train").shards[0].filename])
+    with pytest.raises(ConversionError, match=r"--max_bad_fraction must be in \[0, 1\]"):
+        WriteDataset(str(tmp / "x"), max_bad_fraction=2)
+
+
+def test_shard_counts_are_planned_from_the_data_or_given(tmp, monkeypatch):
+    from beam_jobs import _plan
+
+    monkeypatch.setattr(_plan, "MIN_SHARD_MB", 0.01)  # a test-sized corpus, planned like a large one
+    rows = [{"id": i, "text": "x" * 200} for i in range(3000)]
+    planned = _write(rows, tmp / "planned", target_shard_mb=0.1)
+    assert 4 <= len(planned.split("train").shards) <= 10  # ~0.7 MB in 0.1 MB shards
+    given = _write(rows, tmp / "given", num_shards=3)
+    assert len(given.split("train").shards) == 3 and given.options["num_shards"] == {"train": 3}
+
+
+def test_batches_whose_column_types_differ_are_read_value_by_value(tmp):
+    good = pa.record_batch({"id": pa.array(range(500), pa.int64()), "v": pa.array(range(500), pa.int64())})
+    odd = pa.record_batch({"id": pa.array([500], pa.int64()), "v": pa.array(["x"])})
+    info = _write([good, odd], tmp / "ds", max_bad_fraction=0.01)
+    assert {f.name: f.dtype for f in info.features}["v"] == "int64" and info.quarantine["records"] == 1
+    assert sorted(r["id"][0] for r in read_examples(tmp / "ds")) == list(range(500))
+
+
+@pytest.mark.slow
+def test_the_multi_process_runner_writes_the_same_records(tmp):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    rows = [{"id": i, "name": f"n{i}"} for i in range(3000)]
+    options = PipelineOptions(["--direct_running_mode=multi_processing", "--direct_num_workers=2"])
+    with TestPipeline(options=options) as p:
+        _ = p | beam.Create(rows) | WriteDataset(str(tmp / "ds"), num_shards=2)
+    assert sorted(r["id"][0] for r in read_examples(tmp / "ds")) == list(range(3000))
