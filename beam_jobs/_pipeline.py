@@ -206,12 +206,15 @@ class ConvertToTFRecords(beam.PTransform):
             type_counts = (
                 files
                 | "CountTypes" >> beam.ParDo(_CountTypes(cfg))
+                # the source's counts for one chunk (CSV: {column: TypeCounts})
                 | "MergeTypeCounts" >> beam.CombineGlobally(cfg.source.merge_type_counts)
+                # one total, a side input of ConvertFiles and Finalize
             )
             side = [beam.pvalue.AsSingleton(type_counts)]
         converted = files | "ConvertFiles" >> beam.ParDo(_ConvertFiles(cfg), *side).with_outputs(
             _ConvertFiles.FRAGMENTS, _ConvertFiles.QUARANTINE, _ConvertFiles.STATS
         )
+        # Fragment | {"path", "records"} of a quarantine file | ConversionStats of a bundle
         shards = (
             converted[_ConvertFiles.FRAGMENTS]
             # Fragment
@@ -223,6 +226,7 @@ class ConvertToTFRecords(beam.PTransform):
             # {"split", "shard", "path", "records", "bytes"} of a shard in the temp dir
         )
         stats = converted[_ConvertFiles.STATS] | "MergeStats" >> beam.CombineGlobally(ConversionStats.merge)
+        # one ConversionStats
         finalize_side = [
             beam.pvalue.AsList(shards),
             beam.pvalue.AsSingleton(stats),
@@ -234,4 +238,5 @@ class ConvertToTFRecords(beam.PTransform):
             files.pipeline
             | "FinalizeTrigger" >> beam.Create([None])
             | "Finalize" >> beam.Map(finalize_dataset, cfg, *finalize_side)
+            # the metadata's JSON text
         )
