@@ -28,6 +28,7 @@ def _plot(reports: dict, path: str, step_ms: float) -> None:
     ax.set_xlabel("training step")
     ax.set_ylabel("accelerator wait before the step (ms)")
     ax.set_yscale("symlog", linthresh=1.0)  # start-up waits are 100x the steady ones
+    ax.set_ylim(bottom=0)  # waits are never negative; symlog would show a mirrored axis
     ax.set_title(f"Simulated accelerator, {step_ms:.1f} ms per step")
     ax.legend()
     fig.tight_layout()

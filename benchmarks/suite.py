@@ -222,6 +222,7 @@ def _draw(results: list, timelines: dict, out: str, step_ms: float) -> None:
     for name, waits in timelines.items():
         ax.plot(waits, label=name, linewidth=1)
     ax.set_yscale("symlog", linthresh=1.0)
+    ax.set_ylim(bottom=0)
     ax.set_xlabel("training step")
     ax.set_ylabel("wait before the step (ms)")
     ax.set_title(f"formats scenario: per-step wait, {step_ms:.2f} ms steps")
