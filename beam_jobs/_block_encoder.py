@@ -14,10 +14,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from beam_jobs._example_encoder import encode_batch
+from ingest import contract
 
 __all__ = ["ROWS_FEATURE", "block_columns", "encode_blocks"]
 
-ROWS_FEATURE = "__rows__"
+ROWS_FEATURE = contract.BLOCK_ROWS_FEATURE
 _NATURAL_DEFAULT = {"int64": 0, "float32": 0.0, "bytes": b""}
 _ARROW = {"int64": pa.int64(), "float32": pa.float32(), "bytes": pa.large_binary()}
 
@@ -51,6 +52,13 @@ def block_columns(columns, num_rows: int, block_rows: int, defaults: dict | None
     if block_rows < 1:
         raise ValueError(f"block_rows must be at least 1, got {block_rows}")
     defaults = defaults or {}
+    names = {name for name, _, _ in columns}
+    taken = sorted(({ROWS_FEATURE} | {d for n in names for d in contract.block_feature_names(n)}) & names)
+    if taken:
+        raise ValueError(
+            f"column(s) {taken} take a name the block layout uses for its own features (docs/block_format.md): "
+            "rename them, or write the rows layout"
+        )
     starts = block_starts(num_rows, block_rows)
     sizes = np.diff(starts)
     out = [(ROWS_FEATURE, "int64", _per_block(pa.array(sizes, pa.int64()), np.arange(len(sizes) + 1)))]
@@ -71,7 +79,7 @@ def block_columns(columns, num_rows: int, block_rows: int, defaults: dict | None
             row_offsets = np.concatenate([[0], np.cumsum(lengths)])
             values = pc.list_flatten(arr)  # the values of present rows, in row order
             out.append((name, dtype, _per_block(values.cast(_ARROW[dtype]), row_offsets[starts])))
-            out.append((f"{name}/row_lengths", "int64", _per_block(pa.array(lengths, pa.int64()), starts)))
+            out.append((name + contract.ROW_LENGTHS_SUFFIX, "int64", _per_block(pa.array(lengths, pa.int64()), starts)))
         else:
             out.append((name, dtype, _per_block(_filled(arr, dtype, default), starts)))
         if not present.all():
@@ -80,7 +88,7 @@ def block_columns(columns, num_rows: int, block_rows: int, defaults: dict | None
             positions = pa.array(missing - starts[block_of], pa.int64())
             per_block = np.searchsorted(block_of, np.arange(len(sizes) + 1))
             has = np.bincount(block_of, minlength=len(sizes)) > 0
-            out.append((f"{name}/missing", "int64", _per_block(positions, per_block, mask=has)))
+            out.append((name + contract.MISSING_SUFFIX, "int64", _per_block(positions, per_block, mask=has)))
     return out, sizes
 
 

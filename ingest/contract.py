@@ -24,6 +24,10 @@ __all__ = [
     "SplitInfo",
     "DatasetInfo",
     "shard_filename",
+    "BLOCK_ROWS_FEATURE",
+    "ROW_LENGTHS_SUFFIX",
+    "MISSING_SUFFIX",
+    "block_feature_names",
 ]
 
 FORMAT_VERSION = 1
@@ -32,6 +36,18 @@ QUARANTINE_DIRNAME = "quarantine"
 # Work in progress lives under DIR/_ingest_tmp-<job>/ (no leading dot: glob skips those).
 TEMP_PREFIX = "_ingest_tmp-"
 DTYPES = ("int64", "float32", "bytes")
+# The block layout's own features (docs/block_format.md): a block's row count, and per
+# column F its variable-length row lengths and the in-block positions of missing rows.
+BLOCK_ROWS_FEATURE = "__rows__"
+ROW_LENGTHS_SUFFIX = "/row_lengths"
+MISSING_SUFFIX = "/missing"
+
+
+def block_feature_names(name: str) -> tuple:
+    """The block layout's names derived from a column's, which no column may take."""
+    return (name + ROW_LENGTHS_SUFFIX, name + MISSING_SUFFIX)
+
+
 COMPRESSIONS = ("none", "gzip")
 _SPLIT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 

@@ -156,6 +156,47 @@ def test_blocks_are_a_quarter_of_the_row_layouts_bytes_on_a_wide_table():
     assert len(block_buf) < 0.4 * len(rows_buf)  # a size property of the format, not a timing
 
 
+def test_column_names_the_layout_uses_are_refused():
+    for name in ("__rows__", "x/missing", "x/row_lengths"):
+        cols = [("x", "int64", pa.array([1])), (name, "int64", pa.array([2]))]
+        with pytest.raises(ValueError, match=r"take a name the block layout uses"):
+            encode_blocks(cols, 1, 4)
+
+
 def test_bad_block_size_is_refused():
     with pytest.raises(ValueError, match="block_rows must be at least 1"):
         encode_blocks([("x", "int64", pa.array([1]))], 1, 0)
+
+
+def test_the_runtime_parser_reads_what_the_encoder_writes():
+    from ingest import contract
+    from ingest._blocks import parse_blocks
+
+    n = 37
+    cols = [
+        ("id", "int64", pa.array(range(n), pa.int64())),
+        ("x", "float32", pa.array([None if i % 5 == 0 else i / 4 for i in range(n)], pa.float32())),
+        ("s", "bytes", pa.array([b"v%d" % i for i in range(n)], pa.large_binary())),
+        ("fixed", "int64", pa.array([[i, -i] for i in range(n)], pa.list_(pa.int64(), 2))),
+        (
+            "tags",
+            "bytes",
+            pa.array([None if i == 3 else [b"t"] * (i % 3) for i in range(n)], pa.large_list(pa.large_binary())),
+        ),
+    ]
+    specs = [
+        contract.FeatureSpec("id", "int64", ()),
+        contract.FeatureSpec("x", "float32", (), default=-1.0),
+        contract.FeatureSpec("s", "bytes", ()),
+        contract.FeatureSpec("fixed", "int64", (2,)),
+        contract.FeatureSpec("tags", "bytes", (None,)),
+    ]
+    buf, offsets, _, _ = encode_blocks(cols, n, 8, defaults={"x": -1.0})
+    frames = [bytes(f[12:-4]) for f in iter_frames(bytes(buf))]
+    values, presence = parse_blocks(tf.constant(frames), specs, with_presence=True)
+    assert values["id"].numpy().tolist() == list(range(n))
+    assert values["x"].numpy().tolist() == [-1.0 if i % 5 == 0 else i / 4 for i in range(n)]
+    assert presence["x"].numpy().tolist() == [i % 5 != 0 for i in range(n)]
+    assert values["fixed"].numpy().tolist() == [[i, -i] for i in range(n)]
+    assert values["tags"].to_list() == [[] if i == 3 else [b"t"] * (i % 3) for i in range(n)]
+    assert presence["tags"].numpy().tolist() == [i != 3 for i in range(n)]

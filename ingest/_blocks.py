@@ -1,0 +1,197 @@
+"""The block layout's parser: N serialized block records -> the columns of all their rows.
+
+A block (docs/block_format.md) is one `tf.train.Example` holding `n` consecutive rows,
+each column one packed list. One `parse_example` call reads a whole window of blocks;
+the per-block lists are then cut into rows with a few vector ops, no loop over blocks,
+so the function works eagerly, in `tf.function` and in `tf.data` maps.
+
+Each block's lengths are checked against its `__rows__` before its values are used: a
+block whose lists do not add up would otherwise shift every later row of the window
+into the wrong record, silently.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import tensorflow as tf
+
+from ingest import contract
+
+__all__ = ["ROWS_FEATURE", "parse_blocks", "permute_rows"]
+
+ROWS_FEATURE = contract.BLOCK_ROWS_FEATURE
+ROW_LENGTHS_SUFFIX = contract.ROW_LENGTHS_SUFFIX
+MISSING_SUFFIX = contract.MISSING_SUFFIX
+
+_TF_DTYPES = {"int64": tf.int64, "float32": tf.float32, "bytes": tf.string}
+
+
+def _ragged(dtype) -> tf.io.RaggedFeature:
+    # RaggedFeature, not VarLenFeature: the parser hands back each block's value count as
+    # row_splits directly, without the [values, 2] index matrix a SparseTensor carries.
+    return tf.io.RaggedFeature(dtype, row_splits_dtype=tf.int64)
+
+
+def _parse_spec(features: Sequence[contract.FeatureSpec], with_presence: bool) -> dict:
+    spec = {ROWS_FEATURE: tf.io.FixedLenFeature([1], tf.int64)}
+    for f in features:
+        spec[f.name] = _ragged(_TF_DTYPES[f.dtype])
+        if f.is_variable_length:
+            spec[f.name + ROW_LENGTHS_SUFFIX] = _ragged(tf.int64)
+        if with_presence:
+            spec[f.name + MISSING_SUFFIX] = _ragged(tf.int64)
+    return spec
+
+
+def _check(ok_per_block: tf.Tensor, message) -> tf.Operation:
+    """An assert that fails when some block is not ok; `message(i)` describes bad block `i`.
+
+    The message is only built on failure (inside the cond): a good window pays for the
+    comparison, a reduce_all and an Assert per check.
+    """
+    ok = tf.reduce_all(ok_per_block)
+
+    def describe():
+        first_bad = tf.argmax(tf.cast(tf.logical_not(ok_per_block), tf.int32), output_type=tf.int64)
+        return message(first_bad)
+
+    return tf.debugging.Assert(ok, [tf.cond(ok, lambda: tf.constant(""), describe)])
+
+
+def _where(i, per_block: tf.Tensor) -> list:
+    return ["(block ", i, " of the ", tf.size(per_block, out_type=tf.int64), " parsed together)"]
+
+
+def _format(parts: list) -> tf.Tensor:
+    template = "".join("{}" if isinstance(p, tf.Tensor) else p.replace("{", "{{").replace("}", "}}") for p in parts)
+    return tf.strings.format(template, [p for p in parts if isinstance(p, tf.Tensor)])
+
+
+def _column(f: contract.FeatureSpec, parsed: Mapping, rows_per_block: tf.Tensor, total_rows: tf.Tensor):
+    """One feature's values over all rows: dense [R] or [R, k], or ragged [R, None]."""
+    values = parsed[f.name]  # [blocks, None]: each block's packed list
+    held = values.row_lengths()
+    name = f.name
+    if f.is_scalar:
+        check = _check(
+            tf.equal(held, rows_per_block),
+            lambda i: _format(
+                [f"block feature `{name}` holds ", held[i], " values for ", rows_per_block[i], " rows "]
+                + _where(i, held)
+            ),
+        )
+        with tf.control_dependencies([check]):
+            return tf.identity(values.values)
+    if not f.is_variable_length:
+        (k,) = f.shape
+        check = _check(
+            tf.equal(held, rows_per_block * k),
+            lambda i: _format(
+                [f"block feature `{name}` holds ", held[i], " values for ", rows_per_block[i], f" rows of {k} "]
+                + _where(i, held)
+            ),
+        )
+        with tf.control_dependencies([check]):
+            return tf.reshape(values.values, tf.stack([total_rows, k]))
+    lengths_name = name + ROW_LENGTHS_SUFFIX
+    lengths = parsed[lengths_name]
+    count = lengths.row_lengths()
+    count_check = _check(
+        tf.equal(count, rows_per_block),
+        lambda i: _format(
+            [f"block feature `{lengths_name}` holds ", count[i], " lengths for ", rows_per_block[i], " rows "]
+            + _where(i, count)
+        ),
+    )
+    # Row splits over the whole window; a block is consistent when its rows end exactly
+    # where its values do, which compares one number per block instead of every row.
+    splits = tf.concat([tf.zeros([1], tf.int64), tf.cumsum(lengths.values)], axis=0)
+    with tf.control_dependencies([count_check]):
+        value_ends = tf.gather(splits, lengths.row_splits[1:])
+    sum_check = _check(
+        tf.equal(value_ends, values.row_splits[1:]),
+        lambda i: _format(
+            [f"block feature `{name}` holds ", held[i], f" values but its `{lengths_name}` sum to "]
+            + [value_ends[i] - splits[lengths.row_splits[i]], " "]
+            + _where(i, held)
+        ),
+    )
+    # A negative length could still sum right and would make the row splits go backwards.
+    sign_check = _check(
+        lengths.values >= 0,
+        lambda j: _format(
+            [f"block feature `{lengths_name}` holds the negative length ", lengths.values[j], " "]
+            + _where(lengths.value_rowids()[j], held)
+        ),
+    )
+    with tf.control_dependencies([sum_check, sign_check]):
+        return tf.RaggedTensor.from_row_splits(values.values, tf.identity(splits), validate=False)
+
+
+def _presence(f: contract.FeatureSpec, parsed: Mapping, rows_per_block, block_starts, total_rows) -> tf.Tensor:
+    """[R] bool: False at the rows that the blocks' `F/missing` lists name."""
+    missing = parsed[f.name + MISSING_SUFFIX]
+    block_of = missing.value_rowids()
+    rows_of_block = tf.gather(rows_per_block, block_of)
+    in_range = tf.logical_and(missing.values >= 0, missing.values < rows_of_block)
+    name = f.name + MISSING_SUFFIX
+    check = _check(
+        in_range,
+        lambda j: _format(
+            [f"block feature `{name}` names row ", missing.values[j], " of a block of ", rows_of_block[j], " rows "]
+            + _where(block_of[j], rows_per_block)
+        ),
+    )
+    with tf.control_dependencies([check]):
+        rows = missing.values + tf.gather(block_starts, block_of)
+    marked = tf.scatter_nd(rows[:, None], tf.ones_like(rows, dtype=tf.int32), tf.reshape(total_rows, [1]))
+    return tf.equal(marked, 0)
+
+
+def parse_blocks(serialized: tf.Tensor, features: Sequence[contract.FeatureSpec], *, with_presence: bool = False):
+    """N serialized blocks (a [N] string tensor) -> {name: all rows of the N blocks, in order}.
+
+    Scalars come back dense [R], fixed-length lists dense [R, k], variable-length lists as
+    a RaggedTensor [R, None] with int64 row_splits; R is the sum of the blocks' `__rows__`.
+    Missing values are already the column default in the blocks (the writer puts them
+    there). With `with_presence=True`, returns `(values, presence)` where `presence[name]`
+    is a [R] bool tensor, False at the rows the blocks list in `F/missing`.
+
+    A block whose lists do not match its row count raises `tf.errors.InvalidArgumentError`
+    naming the feature and the block's position among the N.
+    """
+    parsed = tf.io.parse_example(serialized, _parse_spec(features, with_presence))
+    rows_per_block = parsed[ROWS_FEATURE][:, 0]
+    block_ends = tf.cumsum(rows_per_block)
+    block_starts = block_ends - rows_per_block
+    total_rows = tf.reduce_sum(rows_per_block)
+    values = {f.name: _column(f, parsed, rows_per_block, total_rows) for f in features}
+    if not with_presence:
+        return values
+    presence = {f.name: _presence(f, parsed, rows_per_block, block_starts, total_rows) for f in features}
+    return values, presence
+
+
+def _row_count(column) -> tf.Tensor:
+    if isinstance(column, tf.RaggedTensor):
+        return column.nrows(out_type=tf.int32)
+    return tf.shape(column, out_type=tf.int32)[0]
+
+
+def permute_rows(rows: Mapping, seed) -> dict:
+    """The same random permutation of rows applied to every column of `rows`.
+
+    `rows` maps names to dense tensors or RaggedTensors that share their first dimension
+    (a parsed window; merge the presence dict in under other names to permute it along).
+    `seed` is a shape [2] int32/int64 tensor for a stateless, reproducible permutation,
+    or None for a fresh one from the global generator.
+    """
+    if not rows:
+        return {}
+    order = tf.range(_row_count(next(iter(rows.values()))))
+    if seed is None:
+        order = tf.random.shuffle(order)
+    else:
+        order = tf.random.experimental.stateless_shuffle(order, seed=seed)
+    return {name: tf.gather(column, order) for name, column in rows.items()}
