@@ -3,8 +3,10 @@
     request (every argument checked, defaults resolved: _request)
       -> read: shard files -> serialized records, checked against the metadata (_read)
       -> [cache: serialized records, before any random work]
-      -> [shuffle] -> [repeat]
-      -> parse whole blocks, rebatch to batch_size; or decode and augment images (_parse)
+      -> rows layout: [shuffle] -> [repeat]
+             -> parse 1024 records at a time, rebatch to batch_size; or decode and augment images (_parse)
+         blocks layout: [block shuffle] -> [repeat] -> parse windows of blocks
+             -> [permute their rows] -> rebatch to batch_size (_block_batches)
       -> finish: [preprocess, parallel] -> [tf.data service] -> prefetch(AUTOTUNE)
 
 Each stage reads only the request (and the read plan of this input pipeline). Caching
@@ -19,6 +21,7 @@ import logging
 import tensorflow as tf
 
 from ingest import _parse, _read, _request, _service, _tuning
+from ingest._block_batches import block_batches
 from ingest._options import ImageOptions, ReadOptions
 from ingest._request import Request
 from ingest._system import physical_memory
@@ -87,7 +90,10 @@ def make_dataset(
     Shuffling:
         shuffle: shuffle the order of shard files each epoch, then records through a
             buffer (`ReadOptions.shuffle_buffer`; ~16 MB worth by default: conversion
-            already shuffled records across shards).
+            already shuffled records across shards). On the blocks layout: shard order,
+            then blocks through a buffer (`ReadOptions.block_shuffle_buffer`), then the
+            rows of each window of blocks (`ReadOptions.block_window`, >= 65,536 rows or
+            the split) are permuted together.
         seed: makes shuffling and image augmentation reproducible.
         deterministic: deliver elements in a fixed order. None: exactly when a `seed` is
             given (out-of-order delivery is faster).
@@ -108,8 +114,8 @@ def make_dataset(
     Performance:
         cache: None; "memory"; "auto" (memory when what this pipeline reads fits
             `ReadOptions.cache_budget_bytes`, a quarter of RAM by default); or a local file
-            path. The cache holds serialized records, taken before any shuffle, so later
-            epochs skip reading but still shuffle.
+            path. The cache holds serialized records (blocks, on the blocks layout), taken
+            before any shuffle, so later epochs skip reading but still shuffle.
         options: an `ingest.ReadOptions` with tuning knobs (interleave width, parallelism,
             buffer sizes, autotune budgets, symbolic checkpoints); every one defaults to
             automatic.
@@ -136,7 +142,8 @@ def make_dataset(
             (missing shards included) are skipped, logged and counted in
             `ingest.skipped_corrupt_records()`, and images that fail to decode are skipped.
             A shard holding more records than its metadata says always raises, before any
-            extra record is delivered.
+            extra record is delivered. On the blocks layout shards are checked in blocks
+            and losses counted in rows.
 
     Returns:
         A `tf.data.Dataset` with its cardinality set when it is known (finite epochs, no
@@ -185,9 +192,20 @@ def make_dataset(
     ds = _read.records(req, plan)
     if req.checks_counts:
         ds = ds.apply(tf.data.experimental.assert_cardinality(plan.records))
-    # The pipeline's share of the split's bytes, from the recorded average record size.
-    records_bytes = req.split.bytes * plan.records / max(req.split.records, 1)
-    ds = _cached(ds, req, records_bytes)
+    ds = _cached(ds, req, _records_bytes(req, plan))
+    ds = _BATCHES[req.info.layout](ds, req, plan)
+    return _finished(ds, req, plan)
+
+
+def _records_bytes(req: Request, plan: _tuning.FileShards) -> float:
+    """The pipeline's share of the split's bytes, from the recorded average record size."""
+    in_split = sum(s.blocks if req.info.layout == "blocks" else s.records for s in req.split.shards)
+    return req.split.bytes * plan.records / max(in_split, 1)
+
+
+def _row_batches(ds: tf.data.Dataset, req: Request, plan: _tuning.FileShards) -> tf.data.Dataset:
+    """Rows layout: records -> [shuffle buffer] -> [repeat] -> parsed batches, or decoded images."""
+    records_bytes = _records_bytes(req, plan)
     if req.shuffle:
         buffer = _tuning.shuffle_buffer(
             plan.records,
@@ -198,13 +216,26 @@ def make_dataset(
         ds = ds.shuffle(max(buffer, 1), seed=req.seed, reshuffle_each_iteration=True)
     if req.num_epochs != 1:
         ds = ds.repeat(req.num_epochs)
-    ds = _parse.decoded_images(ds, req) if req.image is not None else _parse.parsed_batches(ds, req)
-    return _finished(ds, req, plan)
+    return _parse.decoded_images(ds, req) if req.image is not None else _parse.parsed_batches(ds, req)
+
+
+# What follows the read (and the cache) in each record layout (contract.LAYOUTS).
+_BATCHES = {"rows": _row_batches, "blocks": block_batches}
 
 
 def read_records(path, *, split: str = "train", options: ReadOptions | None = None) -> tf.data.Dataset:
-    """The read stage alone (shards -> serialized records, no shuffle); for diagnosis."""
+    """The read stage alone (shards -> serialized records, no shuffle); for diagnosis.
+
+    Rows layout only: a blocks-layout record holds many rows, which callers counting
+    records as rows (`ingest.diagnose`) would miscount; it raises ValueError there.
+    """
     req = _request.build(path, split=split, options=options, raw=True)
+    if req.info.layout != "rows":
+        raise ValueError(
+            f"read_records (and ingest.diagnose, which measures with it) reads the rows layout only; {req.path} is "
+            f"in the {req.info.layout!r} layout (up to {req.info.block_rows} rows per record). Use make_dataset, "
+            "or reconvert with --layout rows"
+        )
     return _read.records(req, _read.shard_plan(req)).with_options(_tf_options(req))
 
 
@@ -226,8 +257,9 @@ def _cached(ds: tf.data.Dataset, req: Request, records_bytes: float) -> tf.data.
 def _finished(ds: tf.data.Dataset, req: Request, plan: _tuning.FileShards) -> tf.data.Dataset:
     """Batches -> what the trainer iterates: counted, preprocessed, served, prefetched, tuned."""
     opts = req.options
-    if req.num_epochs is not None and req.checks_counts:
-        total = plan.records * req.num_epochs
+    rows = plan.total_rows
+    if req.num_epochs is not None and req.checks_counts and rows is not None:
+        total = rows * req.num_epochs
         batches = _tuning.batches(total, req.batch_size, drop_remainder=req.drop_remainder)
         ds = ds.apply(tf.data.experimental.assert_cardinality(batches))
     if req.preprocess is not None:
@@ -252,7 +284,7 @@ def _finished(ds: tf.data.Dataset, req: Request, plan: _tuning.FileShards) -> tf
             ds,
             dispatcher=req.service,
             timeout_s=timeout,
-            expected_records=plan.records * req.num_epochs if whole else None,
+            expected_records=rows * req.num_epochs if whole and rows is not None else None,
         )
     ds = ds.prefetch(opts.prefetch if opts.prefetch is not None else tf.data.AUTOTUNE)
     return ds.with_options(_tf_options(req))

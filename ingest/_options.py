@@ -32,10 +32,21 @@ class ReadOptions:
     num_parallel_calls: parallelism of interleave and maps. Auto: tf.data AUTOTUNE, except
         the interleave on object storage (gs://), which gets one call per shard read
         at once (latency-bound reads need threads, not cores).
-    shuffle_buffer: records in the shuffle buffer. Auto: ~16 MB worth of records (from
+    shuffle_buffer: rows layout only: records in the shuffle buffer. Auto: ~16 MB worth of records (from
         the recorded average record size; 50k records of the benchmark schema), capped at
         the split size. Conversion already shuffled records across shards, so the buffer
         only needs to vary epoch order; 64 MB measured ~20% slower per epoch (refill).
+    block_window: blocks layout only: blocks parsed by one call, whose rows are then
+        permuted together (with `shuffle`) before batching. Auto: enough blocks for 65,536
+        rows (or the whole split, when smaller). The issue's prototype measured ~65k-row
+        windows (64 blocks of 1024 rows) at 8x the hand-tuned row pipeline and 16k-row
+        windows at 5.2x; the permutation within the window is the finest mixing level, and
+        65k rows is a little more than the rows layout's ~50k-record shuffle buffer.
+    block_shuffle_buffer: blocks layout only: blocks in the shuffle buffer ahead of the
+        windows, which decides which blocks share a window each epoch. Auto: one window's
+        worth (capped at the split's blocks): each window then draws its blocks from about
+        two windows' span of the shard interleave, for one more window of serialized
+        blocks in memory (~a quarter of the bytes of as many rows in the rows layout).
     read_buffer_bytes: TFRecordDataset read buffer per shard. Auto: 1 MB local,
         8 MB on object storage (fewer, larger ranged reads).
     prefetch: batches prefetched at the end. Auto: AUTOTUNE.
@@ -68,6 +79,8 @@ class ReadOptions:
     num_parallel_calls: int | None = None
     parse_block: int | None = None
     shuffle_buffer: int | None = None
+    block_window: int | None = None
+    block_shuffle_buffer: int | None = None
     read_buffer_bytes: int | None = None
     prefetch: int | None = None
     ram_budget_bytes: int | None = None
@@ -84,6 +97,8 @@ class ReadOptions:
             "num_parallel_calls",
             "parse_block",
             "shuffle_buffer",
+            "block_window",
+            "block_shuffle_buffer",
             "read_buffer_bytes",
             "ram_budget_bytes",
             "cpu_budget",

@@ -16,7 +16,7 @@ from ingest import _image_decode, _tuning, contract
 if TYPE_CHECKING:
     from ingest._request import Request
 
-__all__ = ["parsed_batches", "decoded_images"]
+__all__ = ["parsed_batches", "decoded_images", "selected_features", "padder", "label_splitter"]
 
 _TF_DTYPES = {"int64": tf.int64, "float32": tf.float32, "bytes": tf.string}
 
@@ -32,31 +32,50 @@ def _parse_spec(f: contract.FeatureSpec):
     return tf.io.RaggedFeature(dtype, row_splits_dtype=tf.int64)
 
 
-def _make_parser(req: Request):
-    specs = {}
+def selected_features(req: Request) -> list:
+    """The FeatureSpecs of the features parsed, in the metadata's order."""
+    return [f for f in req.info.features if f.name in req.features]
+
+
+def padder(req: Request):
+    """{name: ragged [R, None]} -> the same with the padded features dense [R, length]."""
     pad = {}
-    for f in req.info.features:
-        if f.name not in req.features:
-            continue
-        specs[f.name] = _parse_spec(f)
+    for f in selected_features(req):
         if f.is_variable_length and (f.name in req.pad_lengths or req.static_shapes):
             length = req.pad_lengths.get(f.name, f.max_length)
             pad[f.name] = (int(length), f.default.encode() if f.dtype == "bytes" else f.default)
-    label = req.label
 
-    def parse(serialized):
-        parsed = tf.io.parse_example(serialized, specs)
+    def padded(parsed):
         for name, (length, default) in pad.items():
             # Pads short rows and truncates long ones to a fixed length.
             parsed[name] = parsed[name].to_tensor(default_value=default, shape=[None, length])
         return parsed
+
+    return padded
+
+
+def label_splitter(req: Request):
+    """A map from the features dict to `(features, label)`, or None when there is no label."""
+    label = req.label
+    if label is None:
+        return None
 
     def split_label(parsed):
         parsed = dict(parsed)
         y = parsed.pop(label)
         return parsed, y
 
-    return parse, (split_label if label is not None else None)
+    return split_label
+
+
+def _make_parser(req: Request):
+    specs = {f.name: _parse_spec(f) for f in selected_features(req)}
+    padded = padder(req)
+
+    def parse(serialized):
+        return padded(tf.io.parse_example(serialized, specs))
+
+    return parse, label_splitter(req)
 
 
 def parsed_batches(ds: tf.data.Dataset, req: Request) -> tf.data.Dataset:

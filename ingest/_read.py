@@ -6,7 +6,9 @@
       -> [record-level sharding, when files < input pipelines]
 
 Missing shards are refused (or announced, with skip_corrupt) before the graph is built;
-corrupt, truncated, short or overlong shards are caught while reading, named.
+corrupt, truncated, short or overlong shards are caught while reading, named. In the
+blocks layout a record is a block of rows: shards are counted in blocks, sharded by block
+when files are fewer than pipelines, and losses are counted in rows.
 """
 
 from __future__ import annotations
@@ -82,22 +84,25 @@ _DISAGREE_FIX = (
 )
 
 
-def _shard_problem(name: str, expected: int, read: int) -> tuple:
-    """(what is wrong, what to do) for a shard that did not yield the records its metadata lists."""
+def _shard_problem(name: str, expected: int, read: int, unit: str = "records") -> tuple:
+    """(what is wrong, what to do) for a shard that did not yield the records its metadata lists.
+
+    `unit` names its TFRecords: "records" (rows layout) or "blocks" (blocks of rows).
+    """
     if read > expected:
         return (
-            f"shard {name} holds more records than its metadata says: read {read} (at least), "
+            f"shard {name} holds more {unit} than its metadata says: read {read} (at least), "
             f"{contract.METADATA_FILENAME} lists {expected}",
             _DISAGREE_FIX,
         )
     if read == 0 and not _exists(name):
         return (
-            f"shard {name} is missing: {contract.METADATA_FILENAME} lists it with {expected} records, "
+            f"shard {name} is missing: {contract.METADATA_FILENAME} lists it with {expected} {unit}, "
             "but the file does not exist (deleted or moved after conversion?)",
             _MISSING_FIX,
         )
     return (
-        f"shard {name} is corrupt, truncated or unreadable: read {read} of {expected} records "
+        f"shard {name} is corrupt, truncated or unreadable: read {read} of {expected} {unit} "
         "(the underlying error is logged above)",
         _SHARD_FIX,
     )
@@ -110,10 +115,11 @@ def _exists(name: str) -> bool:
         return True
 
 
-def _note_skipped(filename, expected, read):  # runs inside tf.data, through py_function
+def _note_skipped(filename, expected, read, lost, unit="records"):  # runs inside tf.data, through py_function
+    """Counts `lost` rows of a short shard as skipped (`expected` and `read` count its `unit`)."""
     name = filename.numpy().decode("utf-8", "replace")
-    expected, read = int(expected.numpy()), int(read.numpy())
-    problem, fix = _shard_problem(name, expected, read)
+    expected, read, lost = int(expected.numpy()), int(read.numpy()), int(lost.numpy())
+    problem, fix = _shard_problem(name, expected, read, unit)
     if read > expected:
         # Not corruption that skipping can repair: which records are the right ones is unknown.
         raise tf.errors.DataLossError(
@@ -123,15 +129,21 @@ def _note_skipped(filename, expected, read):  # runs inside tf.data, through py_
             "no record is corrupt, and which ones belong is unknown)",
         )
     with _skipped_lock:
-        _skipped[name] = _skipped.get(name, 0) + expected - read
-    logger.warning("skipped %d record(s): %s", expected - read, problem)
-    return expected - read
+        _skipped[name] = _skipped.get(name, 0) + lost
+    logger.warning("skipped %d record(s): %s", lost, problem)
+    return lost
 
 
-def _shard_error(filename, expected, read):  # runs inside tf.data, through py_function
+def _shard_error(filename, expected, read, lost, unit="records"):  # runs inside tf.data, through py_function
     name = filename.numpy().decode("utf-8", "replace")
-    problem, fix = _shard_problem(name, expected=int(expected.numpy()), read=int(read.numpy()))
+    problem, fix = _shard_problem(name, expected=int(expected.numpy()), read=int(read.numpy()), unit=unit)
     raise tf.errors.DataLossError(None, None, f"{problem}. {fix}")
+
+
+def _rows_in_blocks(blocks):
+    """Rows held by a [N] batch of serialized blocks (their `__rows__`), for counting losses."""
+    spec = {contract.BLOCK_ROWS_FEATURE: tf.io.FixedLenFeature([1], tf.int64)}
+    return tf.reduce_sum(tf.io.parse_example(blocks, spec)[contract.BLOCK_ROWS_FEATURE])
 
 
 def _exists_in_graph(filename):
@@ -158,12 +170,19 @@ def _reader(req: Request):
     opts, skip_corrupt = req.options, req.skip_corrupt
     compression = "GZIP" if req.info.compression == "gzip" else ""
     buffer = _tuning.read_buffer_bytes(remote=_tuning.is_remote(req.path), requested=opts.read_buffer_bytes)
-    on_problem = _note_skipped if skip_corrupt else _shard_error
+    blocks_layout = req.info.layout == "blocks"
+    unit = "blocks" if blocks_layout else "records"
+    # Skipped losses are counted in rows: on blocks that takes each block's `__rows__`,
+    # parsed only when skipping (a short shard's lost rows are its rows not read).
+    count_rows = blocks_layout and skip_corrupt
+
+    def on_problem(filename, expected, read, lost):
+        return (_note_skipped if skip_corrupt else _shard_error)(filename, expected, read, lost, unit)
 
     def open_shard(filenames):
         return tf.data.TFRecordDataset(filenames, compression_type=compression, buffer_size=buffer)
 
-    def checked_in_graph(filename, expected, total):
+    def checked_in_graph(filename, expected, total, lost):
         # tf.data service workers run the graph in another process: no py_function there.
         missing = tf.logical_and(tf.equal(total, 0), tf.logical_not(_exists_in_graph(filename)))
         n, read = tf.strings.as_string(expected), tf.strings.as_string(total)
@@ -175,22 +194,20 @@ def _reader(req: Request):
                     filename,
                     f" is missing: {contract.METADATA_FILENAME} lists it with ",
                     n,
-                    " records, but the file does not exist",
+                    f" {unit}, but the file does not exist",
                 ]
             ),
             tf.strings.join(
-                ["shard ", filename, " is corrupt, truncated or unreadable: read ", read, " of ", n, " records"]
+                ["shard ", filename, " is corrupt, truncated or unreadable: read ", read, " of ", n, f" {unit}"]
             ),
         )
         if skip_corrupt:
-            done = tf.print(
-                tf.strings.join(["warning: skipped ", tf.strings.as_string(expected - total), " record(s): ", problem])
-            )
+            done = tf.print(tf.strings.join(["warning: skipped ", tf.strings.as_string(lost), " record(s): ", problem]))
         else:
             fix = tf.where(missing, _MISSING_FIX, _SHARD_FIX)
             done = tf.debugging.Assert(False, [tf.strings.join([problem, ". ", fix])])
         with tf.control_dependencies([done]):
-            return tf.identity(expected - total)
+            return tf.identity(lost)
 
     def too_many_in_graph(filename, expected, total):
         done = tf.debugging.Assert(
@@ -200,7 +217,7 @@ def _reader(req: Request):
                     [
                         "shard ",
                         filename,
-                        " holds more records than its metadata says: read ",
+                        f" holds more {unit} than its metadata says: read ",
                         tf.strings.as_string(total),
                         f" (at least), {contract.METADATA_FILENAME} lists ",
                         tf.strings.as_string(expected),
@@ -213,7 +230,7 @@ def _reader(req: Request):
         with tf.control_dependencies([done]):
             return tf.constant(0, tf.int64)
 
-    def read(filename, expected):
+    def read(filename, expected, expected_rows):
         # Looked up as the shard enters the interleave: a missing file is opened as no files.
         present = tf.boolean_mask(tf.reshape(filename, [1]), tf.reshape(_exists_in_graph(filename), [1]))
         if opts.symbolic_checkpoint:
@@ -224,38 +241,55 @@ def _reader(req: Request):
             blocks = open_shard(present).ignore_errors(log_warning=True).batch(_COUNT_BLOCK)
         end = tf.data.Dataset.from_tensors(tf.zeros([0], tf.string))  # an empty block marks the end
 
-        def running_count(total, block):
+        def running_count(totals, block):
+            total, rows = totals
             size = tf.shape(block, out_type=tf.int64)[0]
-            return total + size, (total + size, size, block)
+            rows += _rows_in_blocks(block) if count_rows else size
+            return (total + size, rows), (total + size, rows, size, block)
 
-        def check(total, size, block):
+        def check(total, rows, size, block):
             short = tf.logical_and(tf.equal(size, 0), total < expected)
+            lost = expected_rows - rows
             if req.service:
-                on_short = lambda: checked_in_graph(filename, expected, total)  # noqa: E731
+                on_short = lambda: checked_in_graph(filename, expected, total, lost)  # noqa: E731
                 on_extra = lambda: too_many_in_graph(filename, expected, total)  # noqa: E731
             else:
-                on_short = on_extra = lambda: tf.py_function(on_problem, [filename, expected, total], tf.int64)  # noqa: E731
+                on_short = on_extra = lambda: tf.py_function(on_problem, [filename, expected, total, lost], tf.int64)  # noqa: E731
             done = tf.case([(total > expected, on_extra), (short, on_short)], default=lambda: tf.constant(0, tf.int64))
             with tf.control_dependencies([done]):
                 return tf.identity(block)
 
         # Blocks, not records: the interleave's per-element cost is paid once per block
         # (1.6x end-to-end throughput on the benchmark); the caller unbatches.
-        return blocks.concatenate(end).scan(tf.constant(0, tf.int64), running_count).map(check)
+        zero = tf.constant(0, tf.int64)
+        return blocks.concatenate(end).scan((zero, zero), running_count).map(check)
 
     return read
 
 
 def shard_plan(req: Request) -> _tuning.FileShards:
-    """The files this input pipeline reads (all of them, unless it is one of several)."""
-    files = [f"{req.path}/{s.filename}" for s in req.split.shards]
-    counts = [s.records for s in req.split.shards]
-    return _tuning.shard_files(files, counts, num_pipelines=req.num_pipelines, pipeline_id=req.pipeline_id)
+    """The files this input pipeline reads (all of them, unless it is one of several).
+
+    In the blocks layout a record is a block: counts are blocks, and with fewer files than
+    pipelines the blocks are sharded one by one.
+    """
+    shards = req.split.shards
+    files = [f"{req.path}/{s.filename}" for s in shards]
+    rows = [s.records for s in shards]
+    if req.info.layout == "blocks":
+        counts = [s.blocks for s in shards]
+        return _tuning.shard_files(
+            files, counts, num_pipelines=req.num_pipelines, pipeline_id=req.pipeline_id, rows=rows
+        )
+    return _tuning.shard_files(files, rows, num_pipelines=req.num_pipelines, pipeline_id=req.pipeline_id)
 
 
 def records(req: Request, plan: _tuning.FileShards) -> tf.data.Dataset:
-    """Serialized records of this pipeline's shards, checked against the metadata."""
-    ds = tf.data.Dataset.from_tensor_slices((list(plan.files), tf.constant(plan.counts, tf.int64)))
+    """Serialized records (rows, or blocks of rows) of this pipeline's shards, checked against the metadata."""
+    rows = plan.counts if plan.rows is None else plan.rows
+    ds = tf.data.Dataset.from_tensor_slices(
+        (list(plan.files), tf.constant(plan.counts, tf.int64), tf.constant(rows, tf.int64))
+    )
     if req.shuffle and plan.record_shard is None and len(plan.files) > 1:
         ds = ds.shuffle(len(plan.files), seed=req.seed, reshuffle_each_iteration=True)
     remote = _tuning.is_remote(req.path)

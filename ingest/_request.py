@@ -143,6 +143,12 @@ def build(
         raise ValueError("static_shapes=True needs drop_remainder=True, so that the batch dimension is fixed")
     info = load_info(path)
     root = str(path).rstrip("/")
+    if info.layout == "blocks" and info.image:
+        # Conversion keeps images one per record; blocks of images have no reader.
+        raise ValueError(
+            f"{path} is an image dataset in the 'blocks' layout, which make_dataset does not read: "
+            "reconvert it with --layout rows"
+        )
     try:
         split_info = info.split(split)
     except KeyError as e:

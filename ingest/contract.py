@@ -15,6 +15,8 @@ from typing import Any, Mapping
 
 __all__ = [
     "FORMAT_VERSION",
+    "READABLE_VERSIONS",
+    "LAYOUTS",
     "METADATA_FILENAME",
     "QUARANTINE_DIRNAME",
     "TEMP_PREFIX",
@@ -30,7 +32,11 @@ __all__ = [
     "block_feature_names",
 ]
 
-FORMAT_VERSION = 1
+# 2 added the block layout (`layout`, `block_rows`, each shard's `blocks`); 1 is the rows
+# layout, which this version reads as it is.
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+LAYOUTS = ("rows", "blocks")
 METADATA_FILENAME = "dataset_info.json"
 QUARANTINE_DIRNAME = "quarantine"
 # Work in progress lives under DIR/_ingest_tmp-<job>/ (no leading dot: glob skips those).
@@ -183,8 +189,13 @@ def _typed(d: Mapping, key: str, kinds, where: str, *, default=_MISSING):
 @dataclasses.dataclass(frozen=True)
 class ShardInfo:
     filename: str
-    records: int
+    records: int  # rows, whatever the layout
     bytes: int
+    blocks: int | None = None  # TFRecords of the block layout; None for the rows layout
+
+    def to_json(self) -> dict:
+        d = {"filename": self.filename, "records": self.records, "bytes": self.bytes}
+        return d if self.blocks is None else {**d, "blocks": self.blocks}
 
     @classmethod
     def from_json(cls, d: Mapping, where: str = "shard") -> "ShardInfo":
@@ -199,12 +210,16 @@ class ShardInfo:
         ):
             raise ValueError(f"{where}.filename must name a file inside the dataset directory, got {filename!r}")
         counts = {}
-        for key in ("records", "bytes"):
-            value = _typed(d, key, int, where)
-            if value < 0:
+        for key in ("records", "bytes", "blocks"):
+            value = (
+                _typed(d, key, (int, type(None)), where, default=None)
+                if key == "blocks"
+                else _typed(d, key, int, where)
+            )
+            if value is not None and value < 0:
                 raise ValueError(f"{where}.{key} must be >= 0, got {value}")
             counts[key] = value
-        return cls(filename, counts["records"], counts["bytes"])
+        return cls(filename, counts["records"], counts["bytes"], counts["blocks"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,7 +240,7 @@ class SplitInfo:
             "name": self.name,
             "records": self.records,
             "bytes": self.bytes,
-            "shards": [dataclasses.asdict(s) for s in self.shards],
+            "shards": [s.to_json() for s in self.shards],
         }
 
     @classmethod
@@ -265,6 +280,10 @@ class DatasetInfo:
     image: Mapping = dataclasses.field(default_factory=dict)
     # What the conversion noticed that readers should know (e.g. a split that got no records).
     warnings: tuple = ()
+    # "rows": one tf.train.Example per record; "blocks": up to `block_rows` records per
+    # Example, column by column (docs/block_format.md).
+    layout: str = "rows"
+    block_rows: int | None = None
 
     def __post_init__(self):
         if self.compression not in COMPRESSIONS:
@@ -276,6 +295,16 @@ class DatasetInfo:
             raise ValueError(f"label {self.label!r} is not a feature; features: {names}")
         if self.image and self.image.get("feature") not in names:
             raise ValueError(f"image feature {self.image.get('feature')!r} is not a feature; features: {names}")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
+        if (self.layout == "blocks") != (self.block_rows is not None) or (
+            self.block_rows is not None and self.block_rows < 1
+        ):
+            raise ValueError(
+                f"block_rows must be a positive number for the blocks layout only, got {self.block_rows!r}"
+            )
+        if self.layout == "blocks" and any(s.blocks is None for split in self.splits for s in split.shards):
+            raise ValueError("every shard of the blocks layout must give its number of blocks")
 
     def feature(self, name: str) -> FeatureSpec:
         for f in self.features:
@@ -295,6 +324,8 @@ class DatasetInfo:
                 "format_version": self.format_version,
                 "created": self.created,
                 "compression": self.compression,
+                "layout": self.layout,
+                **({"block_rows": self.block_rows} if self.block_rows is not None else {}),
                 "label": self.label,
                 "features": [f.to_json() for f in self.features],
                 "splits": [s.to_json() for s in self.splits],
@@ -321,10 +352,11 @@ class DatasetInfo:
             raise ValueError(f"it is not valid JSON{' (cut short?)' if cut else ''}: {e}") from e
         d = _object(d, "the metadata")
         version = _typed(d, "format_version", int, "metadata")
-        if version != FORMAT_VERSION:
+        if version not in READABLE_VERSIONS:
             raise ValueError(
                 f"dataset metadata has format_version {version!r}; this version of ingest "
-                f"reads format_version {FORMAT_VERSION}: reconvert the dataset or upgrade ingest"
+                f"reads format_version {' and '.join(map(str, READABLE_VERSIONS))}: "
+                "reconvert the dataset or upgrade ingest"
             )
         features = _typed(d, "features", list, "metadata")
         splits = _typed(d, "splits", list, "metadata")
@@ -352,4 +384,6 @@ class DatasetInfo:
             labels=tuple(labels),
             image=_typed(d, "image", Mapping, "metadata", default={}),
             warnings=tuple(warnings),
+            layout=_typed(d, "layout", str, "metadata", default="rows"),
+            block_rows=_typed(d, "block_rows", (int, type(None)), "metadata", default=None),
         )

@@ -1,0 +1,68 @@
+"""The blocks layout's stages after the read: serialized blocks -> batches of rows.
+
+    blocks (shard order shuffled per epoch by the read stage)
+      -> [block shuffle buffer] -> [repeat]
+      -> windows of W blocks -> one parse_blocks call each -> [rows permuted in the window]
+      -> rebatch to batch_size -> [(features, label)]
+
+Three levels of shuffling: shard order, blocks through a buffer, rows within a window.
+With a seed, each window's permutation is seeded by (seed, window index), so a run is
+reproducible and every window (and epoch) permutes differently. Without `shuffle`, rows
+come in the order the read stage delivers the blocks.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import tensorflow as tf
+
+from ingest import _parse, _tuning
+from ingest._blocks import parse_blocks, permute_rows
+
+if TYPE_CHECKING:
+    from ingest._request import Request
+
+__all__ = ["block_batches"]
+
+
+def _window_parser(req: Request):
+    features = _parse.selected_features(req)
+    padded = _parse.padder(req)
+    seed = req.seed
+
+    def parse(index, serialized):
+        rows = parse_blocks(serialized, features)
+        if req.shuffle:
+            window_seed = None if seed is None else tf.stack([tf.constant(seed, tf.int64), index])
+            rows = permute_rows(rows, window_seed)
+        return padded(rows)
+
+    return parse
+
+
+def block_batches(ds: tf.data.Dataset, req: Request, plan: _tuning.FileShards) -> tf.data.Dataset:
+    """Serialized blocks of this pipeline -> batches of parsed rows (and the label apart, if any)."""
+    opts = req.options
+    window = _tuning.block_window(req.info.block_rows, plan.records, requested=opts.block_window)
+    if req.shuffle:
+        buffer = _tuning.block_shuffle_buffer(window, plan.records, requested=opts.block_shuffle_buffer)
+        ds = ds.shuffle(buffer, seed=req.seed, reshuffle_each_iteration=True)
+    if req.num_epochs != 1:
+        ds = ds.repeat(req.num_epochs)
+    # The window index seeds its permutation; it counts across epochs, so each differs.
+    # Counted with scan, not enumerate: enumerate zips in a second source dataset, which
+    # the tf.data service's distributed_epoch mode cannot split.
+    ds = ds.batch(window).scan(tf.constant(0, tf.int64), lambda index, blocks: (index + 1, (index, blocks)))
+    ds = ds.map(
+        _window_parser(req),
+        num_parallel_calls=opts.num_parallel_calls or tf.data.AUTOTUNE,
+        deterministic=req.deterministic,
+    )
+    if opts.symbolic_checkpoint:
+        # tf.data cannot checkpoint rebatch symbolically; unbatch and batch it can.
+        ds = ds.unbatch().batch(req.batch_size, drop_remainder=req.drop_remainder)
+    else:
+        ds = ds.rebatch(req.batch_size, drop_remainder=req.drop_remainder)
+    split_label = _parse.label_splitter(req)
+    return ds.map(split_label) if split_label is not None else ds

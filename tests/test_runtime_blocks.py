@@ -1,0 +1,352 @@
+"""make_dataset on the blocks layout against the same rows written in the rows layout.
+
+The datasets are written here with the two encoders (no conversion job): the same rows,
+once one Example per row, once in blocks of K rows with a short last block per shard, in
+several shards and two splits, with the metadata the conversion would write.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import tensorflow as tf
+
+import ingest
+from beam_jobs._block_encoder import encode_blocks
+from beam_jobs._example_encoder import encode_batch
+from ingest import _block_batches, contract
+from ingest._dataset import read_records
+
+K = 32
+_SPLITS = {"train": (0, 4000, 4), "eval": (4000, 4300, 2)}  # name: (first id, end id, shards)
+_DEFAULTS = {"i": -1, "s": "none"}
+
+
+def _columns(ids: np.ndarray):
+    """[(name, dtype, arrow array)] for rows `ids`: every dtype and shape, missing values, a label."""
+    n = len(ids)
+    i = pa.array([None if k % 7 == 0 else int(k) * 3 for k in ids], pa.int64())
+    f = pa.array([None if k % 5 == 0 else k / 8 for k in ids], pa.float32())
+    s = pa.array([None if k % 11 == 0 else f"s{k}".encode() for k in ids], pa.large_binary())
+    vec = pa.FixedSizeListArray.from_arrays(
+        pa.array(np.stack([ids, ids + 0.5, -ids], axis=1).astype(np.float32).ravel()), 3
+    )
+    tags = pa.array(
+        [None if k % 13 == 0 else [f"t{j}".encode() for j in range(k % 4)] for k in ids],
+        pa.large_list(pa.large_binary()),
+    )
+    ints = pa.array([[int(k) + j for j in range(k % 5)] for k in ids], pa.large_list(pa.int64()))
+    y = pa.array((ids % 3).astype(np.int64))
+    cols = [
+        ("id", "int64", pa.array(ids.astype(np.int64))),
+        ("i", "int64", i),
+        ("f", "float32", f),
+        ("s", "bytes", s),
+        ("vec", "float32", vec),
+        ("tags", "bytes", tags),
+        ("ints", "int64", ints),
+        ("y", "int64", y),
+    ]
+    assert all(len(a) == n for _, _, a in cols)
+    return cols
+
+
+def _features() -> tuple:
+    # The missing counts over both splits; the rows layout needs them to fill defaults.
+    ids = np.arange(4300)
+    return (
+        contract.FeatureSpec("id", "int64"),
+        contract.FeatureSpec("i", "int64", missing=int((ids % 7 == 0).sum()), default=-1),
+        contract.FeatureSpec("f", "float32", missing=int((ids % 5 == 0).sum())),
+        contract.FeatureSpec("s", "bytes", missing=int((ids % 11 == 0).sum()), default="none"),
+        contract.FeatureSpec("vec", "float32", shape=(3,)),
+        contract.FeatureSpec("tags", "bytes", shape=(None,), missing=int((ids % 13 == 0).sum()), max_length=3),
+        contract.FeatureSpec("ints", "int64", shape=(None,), max_length=4),
+        contract.FeatureSpec("y", "int64", role="label"),
+    )
+
+
+def _write(path: str, frames: bytes) -> int:
+    with open(path, "wb") as f:
+        f.write(frames)
+    return len(frames)
+
+
+def _build(root, layout: str, splits=_SPLITS) -> str:
+    os.makedirs(root, exist_ok=True)
+    split_infos = []
+    for name, (first, end, num_shards) in splits.items():
+        shards = []
+        for index, ids in enumerate(np.array_split(np.arange(first, end), num_shards)):
+            filename = contract.shard_filename(name, index, num_shards)
+            cols = _columns(ids)
+            if layout == "rows":
+                buf, _, _ = encode_batch(cols, len(ids), framed=True)
+                blocks = None
+            else:
+                buf, _, _, sizes = encode_blocks(cols, len(ids), K, _DEFAULTS)
+                blocks = len(sizes)
+                assert sizes[-1] < K  # a short last block in every shard
+            size = _write(os.path.join(root, filename), buf.tobytes())
+            shards.append(contract.ShardInfo(filename, len(ids), size, blocks))
+        split_infos.append(contract.SplitInfo(name, tuple(shards)))
+    info = contract.DatasetInfo(
+        features=_features(),
+        splits=tuple(split_infos),
+        label="y",
+        layout=layout,
+        block_rows=K if layout == "blocks" else None,
+    )
+    with open(os.path.join(root, contract.METADATA_FILENAME), "w") as f:
+        f.write(info.to_json())
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory):
+    root = tmp_path_factory.mktemp("layouts")
+    return _build(root / "rows", "rows"), _build(root / "blocks", "blocks")
+
+
+def _batches(ds) -> list:
+    return [tf.nest.map_structure(_numpy, b) for b in ds]
+
+
+def _numpy(t):
+    return t.to_list() if isinstance(t, tf.RaggedTensor) else t.numpy().tolist()
+
+
+def _ids(ds) -> list:
+    out = []
+    for b in ds:
+        features = b[0] if isinstance(b, tuple) else b
+        out.extend(features["id"].numpy().tolist())
+    return out
+
+
+# File order: one shard at a time (cycle_length=1), so that both layouts deliver rows in
+# the same order whatever the interleave's granularity (records vs blocks).
+_IN_ORDER = dict(shuffle=False, deterministic=True, options=ingest.ReadOptions(cycle_length=1))
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(batch_size=64),
+        dict(batch_size=100, split="eval"),
+        dict(batch_size=50, label=False),
+        dict(batch_size=64, features=["s", "tags"]),
+        dict(batch_size=64, pad_lengths={"tags": 2, "ints": 6}),
+        dict(batch_size=32, drop_remainder=True, static_shapes=True),
+        dict(batch_size=1000, num_epochs=2, drop_remainder=True),
+        dict(batch_size=300, num_epochs=3),
+    ],
+)
+def test_unshuffled_blocks_give_the_same_batches_as_rows(both, kwargs):
+    rows, blocks = (ingest.make_dataset(p, **_IN_ORDER, **kwargs) for p in both)
+    assert rows.element_spec == blocks.element_spec
+    assert int(rows.cardinality()) == int(blocks.cardinality()) > 0
+    expected = _batches(rows)
+    assert _batches(blocks) == expected
+    assert len(expected) == int(rows.cardinality())
+
+
+def test_missing_values_come_back_as_the_recorded_defaults(both):
+    (batch,) = ingest.make_dataset(both[1], batch_size=4000, **_IN_ORDER).take(1)
+    x, y = batch
+    ids = x["id"].numpy()
+    assert ids.tolist() == list(range(4000)) and y.numpy().tolist() == (ids % 3).tolist()
+    assert (x["i"].numpy()[ids % 7 == 0] == -1).all() and (x["s"].numpy()[ids % 11 == 0] == b"none").all()
+    assert (x["f"].numpy()[ids % 5 == 0] == 0).all()
+    assert all(len(t) == 0 for t, k in zip(x["tags"].to_list(), ids) if k % 13 == 0)
+    assert x["vec"].shape == (4000, 3) and x["vec"][5].numpy().tolist() == [5, 5.5, -5]
+
+
+def test_default_shuffle_reads_every_row_once_in_another_order(both):
+    epochs = [_ids(ingest.make_dataset(p, batch_size=64, seed=5)) for p in both]
+    for ids in epochs:
+        assert sorted(ids) == list(range(4000)) and ids != list(range(4000))
+
+
+def test_a_seed_makes_block_runs_identical_and_another_seed_differs(both):
+    def run(seed, **kwargs):
+        return _batches(ingest.make_dataset(both[1], batch_size=64, seed=seed, num_epochs=2, **kwargs))
+
+    first = run(7)
+    assert run(7) == first
+    ids = [r for x, _ in first for r in x["id"]]
+    assert ids[:4000] != ids[4000:] and sorted(ids[:4000]) == sorted(ids[4000:]) == list(range(4000))
+    assert [r for x, _ in run(8) for r in x["id"]] != ids
+    small_windows = ingest.ReadOptions(block_window=4, block_shuffle_buffer=8)
+    assert run(7, options=small_windows) == run(7, options=small_windows)
+
+
+def test_shuffled_rows_hold_the_same_values_in_both_layouts(both):
+    def by_id(path):
+        rows = {}
+        for x, y in _batches(ingest.make_dataset(path, batch_size=128, seed=3, pad_lengths={"tags": 3})):
+            for k, i in enumerate(x["id"]):
+                rows[i] = ({name: v[k] for name, v in x.items()}, y[k])
+        return rows
+
+    rows, blocks = by_id(both[0]), by_id(both[1])
+    assert len(rows) == 4000 and rows == blocks
+
+
+def _regroup_fraction(epoch1: list, epoch2: list, batch_size: int) -> float:
+    """Of the row pairs that share a batch in epoch 1, the fraction sharing one again in epoch 2."""
+    batch2 = {row: i // batch_size for i, row in enumerate(epoch2)}
+    pairs = again = 0
+    for start in range(0, len(epoch1), batch_size):
+        batch = epoch1[start : start + batch_size]
+        pairs += len(batch) * (len(batch) - 1) // 2
+        counts = np.bincount([batch2[row] for row in batch])
+        again += int((counts * (counts - 1) // 2).sum())
+    return again / pairs
+
+
+def test_rows_of_a_batch_scatter_in_the_next_epoch(both, monkeypatch):
+    batch_size, n = 64, 4000
+
+    def fraction(path):
+        ids = _ids(ingest.make_dataset(path, batch_size=batch_size, seed=11, num_epochs=2))
+        return _regroup_fraction(ids[:n], ids[n:], batch_size)
+
+    ideal = (batch_size - 1) / (n - 1)
+    rows, blocks = fraction(both[0]), fraction(both[1])
+    assert rows < 5 * ideal and blocks < 5 * ideal
+    # The seam: without the in-window permutation block-mates travel together.
+    monkeypatch.setattr(_block_batches, "permute_rows", lambda rows, seed: rows)
+    unpermuted = fraction(both[1])
+    assert unpermuted > 0.3 and blocks < unpermuted / 5
+
+
+def _shard_path(root, index=1):
+    info = ingest.load_info(root)
+    return os.path.join(root, info.split("train").shards[index].filename)
+
+
+def _frames(path) -> list:
+    return [r.numpy() for r in tf.data.TFRecordDataset(path)]
+
+
+def _rewrite(path, records):
+    with tf.io.TFRecordWriter(path) as w:
+        for r in records:
+            w.write(r)
+
+
+@pytest.fixture
+def blocks_copy(tmp_path):
+    return _build(tmp_path / "blocks", "blocks", {"train": (0, 1000, 3)})
+
+
+@pytest.mark.parametrize("change", ["one_too_many", "one_too_few"])
+def test_a_shard_with_a_block_too_many_or_too_few_is_an_error_naming_it(blocks_copy, change):
+    path = _shard_path(blocks_copy)
+    frames = _frames(path)
+    _rewrite(path, frames + frames[:1] if change == "one_too_many" else frames[:-1])
+    expected = (
+        rf"shard {re.escape(path)} holds more blocks than its metadata says"
+        if change == "one_too_many"
+        else rf"shard {re.escape(path)} is corrupt, truncated or unreadable: "
+        rf"read {len(frames) - 1} of {len(frames)} blocks"
+    )
+    with pytest.raises(tf.errors.OpError, match=expected):
+        _ids(ingest.make_dataset(blocks_copy, batch_size=64, shuffle=False))
+
+
+def test_skip_corrupt_on_blocks_counts_the_lost_rows(blocks_copy):
+    path = _shard_path(blocks_copy)
+    info = ingest.load_info(blocks_copy)
+    data = bytearray(open(path, "rb").read())
+    frames = _frames(path)
+    # Damage the third block's payload: its CRC fails and the rest of the shard is lost.
+    third = sum(len(f) + 16 for f in frames[:2])
+    data[third + 12 + 5] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+    with pytest.raises(tf.errors.OpError, match=rf"shard {re.escape(path)} is corrupt.*read 2 of {len(frames)} blocks"):
+        _ids(ingest.make_dataset(blocks_copy, batch_size=64, shuffle=False))
+    before = ingest.skipped_corrupt_records().get(path, 0)
+    ids = _ids(ingest.make_dataset(blocks_copy, batch_size=64, seed=1, skip_corrupt=True))
+    shard_rows = info.split("train").shards[1].records
+    lost = shard_rows - 2 * K
+    assert ingest.skipped_corrupt_records()[path] - before == lost
+    assert len(ids) == len(set(ids)) == 1000 - lost
+
+
+def test_input_context_reads_every_row_once_by_files_or_by_blocks(both):
+    for pipelines in (2, 3, 5):  # 4 train shards: by files, then by blocks
+        seen = []
+        for i in range(pipelines):
+            ctx = tf.distribute.InputContext(num_input_pipelines=pipelines, input_pipeline_id=i)
+            seen.extend(_ids(ingest.make_dataset(both[1], batch_size=64, seed=2, input_context=ctx)))
+        assert sorted(seen) == list(range(4000)), pipelines
+
+
+@pytest.mark.parametrize("cache", ["memory", "file"])
+def test_cached_blocks_reshuffle_every_epoch(both, tmp_path, cache):
+    target = str(tmp_path / "cache") if cache == "file" else cache
+    ids = _ids(ingest.make_dataset(both[1], batch_size=64, seed=4, num_epochs=3, cache=target))
+    epochs = [ids[k * 4000 : (k + 1) * 4000] for k in range(3)]
+    assert all(sorted(e) == list(range(4000)) for e in epochs) and epochs[0] != epochs[1] != epochs[2]
+
+
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_checkpoint_restores_blocks_mid_epoch_to_the_next_batch(both, tmp_path, symbolic):
+    def make():
+        opts = ingest.ReadOptions(symbolic_checkpoint=symbolic, block_window=8)
+        return ingest.make_dataset(both[1], batch_size=50, seed=3, deterministic=True, options=opts)
+
+    full = _ids(make())
+    it = iter(make())
+    for _ in range(15):
+        next(it)
+    ckpt = tf.train.Checkpoint(it=it)
+    saved = ckpt.save(str(tmp_path / "ckpt"))
+    it2 = iter(make())
+    tf.train.Checkpoint(it=it2).restore(saved)
+    rest = [r for x, _ in it2 for r in x["id"].numpy().tolist()]
+    assert rest == full[15 * 50 :]
+
+
+def test_read_records_and_diagnose_refuse_blocks_naming_the_layout(both):
+    with pytest.raises(ValueError, match=r"read_records .*rows layout only.*'blocks' layout"):
+        read_records(both[1])
+    with pytest.raises(ValueError, match=r"ingest.diagnose.*'blocks' layout"):
+        ingest.diagnose(both[1], step_time_ms=10, batch_size=64)
+
+
+@pytest.mark.parametrize("mode", ["distributed_epoch", "parallel_epochs"])
+def test_tf_data_service_delivers_every_block_row(both, mode):
+    # In-process servers: the path through the service is the same as with `ingest service`.
+    dispatcher = tf.data.experimental.service.DispatchServer()
+    address = dispatcher.target.split("://")[1]
+    workers = [
+        tf.data.experimental.service.WorkerServer(tf.data.experimental.service.WorkerConfig(dispatcher_address=address))
+        for _ in range(2)
+    ]
+    ds = ingest.make_dataset(both[1], batch_size=64, seed=1, service=dispatcher.target, processing_mode=mode)
+    ids = _ids(ds)
+    expected = list(range(4000)) * (len(workers) if mode == "parallel_epochs" else 1)
+    assert sorted(ids) == sorted(expected)
+
+
+def test_blocks_of_images_are_refused_naming_the_layout(tmp_path):
+    root = tmp_path / "images"
+    os.makedirs(root)
+    info = contract.DatasetInfo(
+        features=(contract.FeatureSpec("image/encoded", "bytes"),),
+        splits=(contract.SplitInfo("train", (contract.ShardInfo("train-00000-of-00001.tfrecord", 3, 10, 1),)),),
+        image={"feature": "image/encoded"},
+        layout="blocks",
+        block_rows=K,
+    )
+    (root / contract.METADATA_FILENAME).write_text(info.to_json())
+    (root / "train-00000-of-00001.tfrecord").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"image dataset in the 'blocks' layout.*--layout rows"):
+        ingest.make_dataset(str(root), batch_size=2, image_size=(8, 8))
