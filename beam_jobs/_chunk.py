@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from beam_jobs import _plan, _sources
-from beam_jobs._tfrecord import grouped_frames
+from beam_jobs._tfrecord import frames_data
 
 __all__ = ["Typed", "typed", "Routing", "routed"]
 
@@ -63,8 +63,8 @@ class Routing:
     seed: int
 
 
-def routed(frames: pa.Array, hashes: np.ndarray, routing: Routing, where: tuple, first_record: dict):
-    """Yields (split, shard, frame bytes, frame lengths) for every shard the chunk feeds.
+def route(hashes: np.ndarray, routing: Routing, where: tuple, first_record: dict):
+    """Yields (split, shard, row indices in writing order) for every shard the chunk feeds.
 
     `hashes` decide each record's split; `where` is the chunk's (file index, part,
     chunk index) and `first_record[split]` how many records of that split the file part
@@ -92,10 +92,19 @@ def routed(frames: pa.Array, hashes: np.ndarray, routing: Routing, where: tuple,
             order = within[np.argsort(shard_of[within], kind="stable")]
         else:
             order = np.argsort(shard_of, kind="stable")
-        # One C++ gather puts each shard's frames back to back.
-        picked = frames if len(ids) == len(frames) and np.all(order[1:] > order[:-1]) else frames.take(ids[order])
-        for shard, data, lengths in grouped_frames(picked, np.bincount(shard_of, minlength=routing.num_shards[s])):
-            yield s, shard, data, lengths
+        ordered = ids[order]
+        ends = np.cumsum(np.bincount(shard_of, minlength=routing.num_shards[s]))
+        for shard in np.flatnonzero(np.diff(np.concatenate([[0], ends]))):
+            start = int(ends[shard - 1]) if shard else 0
+            yield s, int(shard), ordered[start : int(ends[shard])]
+
+
+def routed(frames: pa.Array, hashes: np.ndarray, routing: Routing, where: tuple, first_record: dict):
+    """Yields (split, shard, frame bytes, frame lengths) for every shard the chunk feeds (`route`)."""
+    for s, shard, rows in route(hashes, routing, where, first_record):
+        whole = len(rows) == len(frames) and np.all(rows[1:] > rows[:-1])
+        data, lengths = frames_data(frames if whole else frames.take(rows))
+        yield s, shard, data, lengths
 
 
 def key_hashes(keys: pa.Array) -> np.ndarray:

@@ -10,7 +10,7 @@ from beam_jobs._job_options import JobOptions
 from beam_jobs.adapters import Source
 from ingest import contract
 
-__all__ = ["JobConfig", "Decided"]
+__all__ = ["JobConfig", "Decided", "layout_for"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,10 +37,13 @@ class JobConfig:
     compression: str = "none"
     max_bad_fraction: float = 0.001
     overwrite: bool = False
+    layout: str = "rows"  # "rows" | "blocks" (docs/block_format.md)
+    block_rows: int | None = None  # rows per block, for the blocks layout
 
     @classmethod
     def of(cls, opts: JobOptions, source: Source, *, tmp_dir: str, label: str | None) -> "JobConfig":
         """The configuration of a job with these checked options, reading `source`."""
+        layout = layout_for(opts, type(source))
         return cls(
             source=source,
             output=opts.output,
@@ -55,6 +58,8 @@ class JobConfig:
             compression=opts.compression,
             max_bad_fraction=opts.max_bad_fraction,
             overwrite=opts.overwrite,
+            layout=layout,
+            block_rows=opts.block_rows if layout == "blocks" else None,
         )
 
     @property
@@ -95,6 +100,8 @@ class JobConfig:
             "seed": self.seed,
             "compression": self.compression,
             "max_bad_fraction": self.max_bad_fraction,
+            "layout": self.layout,
+            "block_rows": self.block_rows,
             **self.source.recorded(),
         }
 
@@ -105,3 +112,13 @@ class JobConfig:
     @property
     def split_names(self) -> list:
         return [s for s, _ in self.splits]
+
+
+def layout_for(opts: JobOptions, source: type) -> str:
+    """The record layout: as asked, else the source's default; refused if the source has no such layout."""
+    layout = opts.layout or source.layouts[0]
+    if layout not in source.layouts:
+        raise ConversionError(
+            f"--layout {layout} does not apply to --source {source.format}: it is written as {source.layouts[0]}"
+        )
+    return layout

@@ -129,7 +129,8 @@ def _commit_plan(cfg: JobConfig, shards: list, stats: ConversionStats, quarantin
         for i, shard in enumerate(mine):
             filename = fresh(contract.shard_filename(name, i, len(mine), cfg.compression))
             moves.append((shard["path"], filename))
-            infos.append(contract.ShardInfo(filename, int(shard["records"]), int(shard["bytes"])))
+            blocks = shard.get("blocks")
+            infos.append(contract.ShardInfo(filename, int(shard["records"]), int(shard["bytes"]), blocks))
         splits.append(contract.SplitInfo(name, tuple(infos)))
         if not infos:
             empty.append(name)
@@ -163,6 +164,8 @@ def _commit_plan(cfg: JobConfig, shards: list, stats: ConversionStats, quarantin
         labels=cfg.source.vocabulary,
         image=cfg.source.metadata(stats.counters),
         warnings=tuple(f"split {name!r} received no records" for name in empty),
+        layout=cfg.layout,
+        block_rows=cfg.block_rows,
     )
     return {"moves": moves, "metadata": info.to_json(), "old_files": sorted(old), "empty_splits": empty}
 

@@ -33,6 +33,7 @@ class Fragment:
     bytes: int
     order: tuple  # (file index, range, chunk) of its first chunk: keeps source order when concatenated
     segments: tuple  # frames per run, in file order
+    rows: int | None = None  # rows its frames hold, when a frame is a block of rows (else `records`)
 
     @property
     def key(self) -> tuple:
@@ -53,7 +54,7 @@ class _Open:
         self.path, self.order = path, order
         self.file = BackgroundWriter(FileSystems.create(path, compression_type=_RAW))
         self.index = FileSystems.create(path + INDEX_SUFFIX, compression_type=_RAW)
-        self.records = self.bytes = 0
+        self.records = self.bytes = self.rows = 0
         self.segments: list = []
 
 
@@ -64,8 +65,9 @@ class FragmentWriter:
         self._tmp_dir, self._bundle = tmp_dir, bundle
         self._open: dict = {}
 
-    def append(self, split: int, shard: int, where: tuple, data, lengths) -> None:
-        """Appends one run of frames (`data`, their `lengths`) to the (split, shard) fragment."""
+    def append(self, split: int, shard: int, where: tuple, data, lengths, rows: int | None = None) -> None:
+        """Appends one run of frames (`data`, their `lengths`) to the (split, shard) fragment;
+        `rows`: the rows they hold, when frames are blocks."""
         w = self._open.get((split, shard))
         if w is None:
             name = "-".join(f"{i:06d}" for i in where)
@@ -76,6 +78,7 @@ class FragmentWriter:
         w.records += len(lengths)
         w.bytes += len(data)
         w.segments.append(len(lengths))
+        w.rows += len(lengths) if rows is None else rows
 
     def close(self) -> list:
         """Closes every open fragment; returns their descriptors."""
@@ -83,6 +86,6 @@ class FragmentWriter:
         for (split, shard), w in self._open.items():
             w.file.close()
             w.index.close()
-            out.append(Fragment(split, shard, w.path, w.records, w.bytes, w.order, tuple(w.segments)))
+            out.append(Fragment(split, shard, w.path, w.records, w.bytes, w.order, tuple(w.segments), w.rows))
         self._open = {}
         return out

@@ -8,7 +8,10 @@ import uuid
 from beam_jobs import _output, _plan
 from beam_jobs._errors import ConversionError
 
-__all__ = ["JobOptions"]
+__all__ = ["JobOptions", "DEFAULT_BLOCK_ROWS"]
+
+# Rows per block of the blocks layout (docs/block_format.md).
+DEFAULT_BLOCK_ROWS = 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +29,8 @@ class JobOptions:
     shuffle: bool = True
     overwrite: bool = False
     stale_job_hours: float = _output.DEFAULT_STALE_HOURS
+    layout: str | None = None  # "rows" | "blocks"; None: the source's default
+    block_rows: int = DEFAULT_BLOCK_ROWS
 
     def __post_init__(self):
         if not 0 <= self.max_bad_fraction <= 1:
@@ -36,6 +41,10 @@ class JobOptions:
             raise ConversionError(f"--target_shard_mb must be positive, got {self.target_shard_mb}")
         if not self.stale_job_hours > 0:
             raise ConversionError(f"--stale_job_hours must be positive, got {self.stale_job_hours}")
+        if self.layout not in (None, "rows", "blocks"):
+            raise ConversionError(f"--layout must be rows or blocks, got {self.layout!r}")
+        if self.block_rows < 1:
+            raise ConversionError(f"--block_rows must be at least 1, got {self.block_rows}")
         if self.compression not in ("none", "gzip"):
             raise ConversionError(f"--compression must be none or gzip, got {self.compression!r}")
 
@@ -69,4 +78,6 @@ class JobOptions:
             shuffle=args.shuffle,
             overwrite=args.overwrite,
             stale_job_hours=args.stale_job_hours,
+            layout=args.layout,
+            block_rows=args.block_rows,
         )

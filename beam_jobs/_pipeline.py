@@ -26,6 +26,7 @@ import uuid
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
@@ -35,6 +36,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_jobs import _chunk, _commit, _fragments
 from beam_jobs._background import BackgroundWriter, prefetched
+from beam_jobs._block_encoder import encode_blocks
 from beam_jobs._config import JobConfig
 from beam_jobs._example_encoder import encode_batch
 from beam_jobs._finalize import finalize_dataset
@@ -114,17 +116,25 @@ class _ConvertFiles(beam.DoFn):
         if not good:
             return
         self._stats.add_features(done.cols, good)
+        # Row records also hash the content for the split (the same split in both layouts).
         buf, frame_offsets, crcs = encode_batch(done.cols, good, framed=True)
         if cfg.split_key is None:
             hashes = crcs
         else:
             hashes = _chunk.key_hashes(next(arr for name, _, arr in done.cols if name == cfg.split_key))
         added: dict = {}
-        for split, shard, data, lengths in _chunk.routed(
-            frames_array(buf, frame_offsets), hashes, routing, where, position
-        ):
-            self._fragments.append(split, shard, where, data, lengths)
-            added[split] = added.get(split, 0) + len(lengths)
+        if cfg.layout == "blocks":
+            for split, shard, rows in _chunk.route(hashes, routing, where, position):
+                cols = [(name, dtype, arr.take(pa.array(rows))) for name, dtype, arr in done.cols]
+                data, offsets, _, _ = encode_blocks(cols, len(rows), cfg.block_rows)
+                self._fragments.append(split, shard, where, data, np.diff(offsets), rows=len(rows))
+                added[split] = added.get(split, 0) + len(rows)
+        else:
+            for split, shard, data, lengths in _chunk.routed(
+                frames_array(buf, frame_offsets), hashes, routing, where, position
+            ):
+                self._fragments.append(split, shard, where, data, lengths)
+                added[split] = added.get(split, 0) + len(lengths)
         for split, n in added.items():
             position[split] = position.get(split, 0) + n
             self._stats.add_records(cfg.splits[split][0], n)
@@ -183,10 +193,13 @@ class _CommitShard(beam.DoFn):
         path = f"{cfg.tmp_dir}/shards/{split:03d}-{shard:05d}{ext}"
         compression = CompressionTypes.GZIP if cfg.compression == "gzip" else CompressionTypes.UNCOMPRESSED
         rng = np.random.default_rng([cfg.seed, split, shard]) if cfg.shuffle else None
+        fragments = list(fragments)
         with BackgroundWriter(FileSystems.create(path, compression_type=compression)) as out:
-            records = _commit.write_shard(list(fragments), out, rng=rng, budget=self._budget)
+            frames = _commit.write_shard(fragments, out, rng=rng, budget=self._budget)
         size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
-        yield {"split": split, "shard": shard, "path": path, "records": records, "bytes": size}
+        rows = sum(f.records if f.rows is None else f.rows for f in fragments)
+        blocks = frames if cfg.layout == "blocks" else None
+        yield {"split": split, "shard": shard, "path": path, "records": rows, "blocks": blocks, "bytes": size}
 
 
 class ConvertToTFRecords(beam.PTransform):

@@ -21,9 +21,9 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from beam_jobs import _output, _plan
-from beam_jobs._config import JobConfig
+from beam_jobs._config import JobConfig, layout_for
 from beam_jobs._errors import ConversionError
-from beam_jobs._job_options import JobOptions
+from beam_jobs._job_options import DEFAULT_BLOCK_ROWS, JobOptions
 from beam_jobs._pipeline import ConvertToTFRecords
 from beam_jobs.adapters import ADAPTER_FOR_FORMAT
 from beam_jobs.adapters._base import flag
@@ -84,6 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=_output.DEFAULT_STALE_HOURS,
         help="a temp dir of a job started on another machine counts as abandoned after this many hours",
     )
+    flag(
+        p,
+        "layout",
+        choices=["rows", "blocks"],
+        help="records as one tf.train.Example per row (rows), or up to --block_rows rows per Example, column "
+        "by column (blocks; docs/block_format.md); default: rows",
+    )
+    flag(p, "block_rows", type=int, default=DEFAULT_BLOCK_ROWS, help="rows per block of the blocks layout")
     p.add_argument("--verbose", "-v", action="store_true", help="log at DEBUG, with the runner's tracebacks")
     for name, adapter in ADAPTER_FOR_FORMAT.items():
         adapter.add_flags(p.add_argument_group(f"{name} (--source {name})"))
@@ -109,6 +117,7 @@ def make_config(args, pipeline_options: PipelineOptions | None = None) -> JobCon
     opts = JobOptions.from_args(args)
     adapter = ADAPTER_FOR_FORMAT[opts.source]
     adapter.check_flags(args)
+    layout_for(opts, adapter)
     source = adapter.open(args)
     if opts.split_key is not None and opts.split_key not in source.columns:
         raise ConversionError(

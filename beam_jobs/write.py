@@ -21,7 +21,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_jobs import _output, _plan
 from beam_jobs._config import JobConfig
-from beam_jobs._job_options import JobOptions
+from beam_jobs._job_options import DEFAULT_BLOCK_ROWS, JobOptions
 from beam_jobs._pipeline import ConvertToTFRecords
 from beam_jobs.adapters.rows import RowsSource
 
@@ -79,6 +79,8 @@ class WriteDataset(beam.PTransform):
       max_bad_fraction: fail when more of the rows are quarantined.
       overwrite: replace a dataset in `output` (the old one stays readable until the new
         metadata lands).
+      layout, block_rows: "rows" (one tf.train.Example per row, the default) or "blocks" (up
+        to `block_rows` rows per Example, column by column; docs/block_format.md).
     Returns the metadata's JSON text, once written.
     """
 
@@ -98,6 +100,8 @@ class WriteDataset(beam.PTransform):
         max_bad_fraction: float = 0.001,
         overwrite: bool = False,
         stale_job_hours: float = _output.DEFAULT_STALE_HOURS,
+        layout: str | None = None,
+        block_rows: int = DEFAULT_BLOCK_ROWS,
         batch_rows: int = 4096,
     ):
         super().__init__()
@@ -118,6 +122,8 @@ class WriteDataset(beam.PTransform):
             shuffle=shuffle,
             overwrite=overwrite,
             stale_job_hours=stale_job_hours,
+            layout=layout,
+            block_rows=block_rows,
         )
         self._label, self._columns, self._batch_rows = label, tuple(columns or ()), batch_rows
 

@@ -40,6 +40,7 @@ class Source:
     format: ClassVar[str]
     unit: ClassVar[str] = "file"  # what input_count counts, for messages
     fixed_label: ClassVar[str | None] = None  # the label feature, when the source names it (images)
+    layouts: ClassVar[tuple] = ("rows", "blocks")  # record layouts it can be written in; the first is its default
 
     # --- launch ------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ class ImageSource(Source):
     format: ClassVar[str] = "images"
     unit: ClassVar[str] = "image"
     fixed_label: ClassVar[str | None] = _images.LABEL
+    layouts: ClassVar[tuple] = ("rows",)  # one image per record
 
     @classmethod
     def add_flags(cls, group) -> None:

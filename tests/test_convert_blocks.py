@@ -1,0 +1,183 @@
+"""The conversion writing the blocks layout (docs/block_format.md), read back with protobuf."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import tensorflow as tf
+from apache_beam.testing.test_pipeline import TestPipeline
+
+from beam_jobs import WriteDataset
+from beam_jobs._tfrecord import iter_frames
+from beam_jobs.convert import ConversionError
+from tests.conftest import read_examples, run_convert, write_text
+
+
+def _blocks(path) -> list:
+    out = []
+    for frame in iter_frames(open(path, "rb").read(), verify=True):
+        ex = tf.train.Example.FromString(bytes(frame[12:-4]))
+        out.append({k: list(getattr(f, f.WhichOneof("kind")).value) if f.WhichOneof("kind") else []
+                    for k, f in ex.features.feature.items()})  # fmt: skip
+    return out
+
+
+def _rows_of_blocks(out, split="train") -> list:
+    """Every row of a blocks dataset, cut by the spec alone; missing values as absent keys."""
+    info = json.load(open(os.path.join(out, "dataset_info.json")))
+    features = {f["name"]: f for f in info["features"]}
+    rows, shards = [], next(s for s in info["splits"] if s["name"] == split)["shards"]
+    for shard in shards:
+        blocks = _blocks(os.path.join(out, shard["filename"]))
+        assert len(blocks) == shard["blocks"] and sum(b["__rows__"][0] for b in blocks) == shard["records"]
+        for b in blocks:
+            (n,) = b["__rows__"]
+            assert n <= info["block_rows"]
+            cut = [{} for _ in range(n)]
+            for name, f in features.items():
+                values, shape = b[name], f["shape"]
+                if shape == []:
+                    parts = [[v] for v in values]
+                elif shape[0] is not None:
+                    k = shape[0]
+                    parts = [values[i * k : (i + 1) * k] for i in range(n)]
+                else:
+                    ends = np.cumsum([0, *b[name + "/row_lengths"]])
+                    parts = [values[ends[i] : ends[i + 1]] for i in range(n)]
+                missing = set(b.get(name + "/missing", []))
+                for i in range(n):
+                    if i not in missing:
+                        cut[i][name] = parts[i]
+            rows.extend(cut)
+    return rows
+
+
+def _key(row) -> str:
+    return repr(sorted(row.items()))
+
+
+def test_csv_in_blocks_holds_the_rows_the_rows_layout_holds_in_the_same_splits(tmp):
+    lines = "".join(f"{i},{'' if i % 7 == 0 else i / 4},w{i % 5}\n" for i in range(3000))
+    src = write_text(tmp / "in" / "a.csv", "id,x,word\n" + lines)
+    args = [
+        "--source",
+        "csv",
+        "--input",
+        src,
+        "--splits",
+        "train=0.8,eval=0.2",
+        "--num_shards",
+        "3",
+        "--csv_split_mb",
+        "0.01",
+    ]
+    run_convert(*args, "--output", tmp / "rows")
+    info = run_convert(*args, "--output", tmp / "blocks", "--layout", "blocks", "--block_rows", "64")
+    assert info.layout == "blocks" and info.block_rows == 64 and info.options["layout"] == "blocks"
+    for split in ("train", "eval"):
+        assert sorted(map(_key, _rows_of_blocks(tmp / "blocks", split))) == sorted(
+            map(_key, read_examples(tmp / "rows", split))
+        )
+    assert sum(s.blocks for s in info.split("train").shards) < info.split("train").records / 32
+    rows_bytes = sum(s.bytes for s in ingest_info(tmp / "rows").split("train").shards)
+    assert info.split("train").bytes < 0.6 * rows_bytes
+
+
+def ingest_info(out):
+    import ingest
+
+    return ingest.load_info(str(out))
+
+
+def test_without_shuffle_blocks_keep_source_order(tmp):
+    src = write_text(tmp / "in" / "a.csv", "id\n" + "".join(f"{i}\n" for i in range(1000)))
+    run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--layout", "blocks", "--block_rows", "100",
+                "--no_shuffle", "--num_shards", "1")  # fmt: skip
+    assert [r["id"][0] for r in _rows_of_blocks(tmp / "out")] == list(range(1000))
+
+
+def test_parquet_lists_and_missing_values_in_blocks(tmp):
+    table = pa.table({
+        "id": pa.array(range(500), pa.int64()),
+        "tags": pa.array([None if i % 11 == 0 else [f"t{j}" for j in range(i % 4)] for i in range(500)]),
+        "vec": pa.array([[float(i), -float(i)] for i in range(500)], pa.list_(pa.float32(), 2)),
+    })  # fmt: skip
+    os.makedirs(tmp / "in")
+    pq.write_table(table, tmp / "in" / "a.parquet")
+    args = ["--source", "parquet", "--input", tmp / "in" / "a.parquet", "--num_shards", "2"]
+    run_convert(*args, "--output", tmp / "rows")
+    run_convert(*args, "--output", tmp / "blocks", "--layout", "blocks", "--block_rows", "16")
+    assert sorted(map(_key, _rows_of_blocks(tmp / "blocks"))) == sorted(map(_key, read_examples(tmp / "rows")))
+
+
+def test_write_dataset_writes_blocks(tmp):
+    rows = [{"id": i, "name": f"n{i}"} for i in range(300)]
+    with TestPipeline() as p:
+        _ = p | beam.Create(rows) | WriteDataset(str(tmp / "out"), layout="blocks", block_rows=50, num_shards=2)
+    assert sorted(r["id"][0] for r in _rows_of_blocks(tmp / "out")) == list(range(300))
+
+
+def test_images_and_bad_values_are_refused(tmp):
+    with pytest.raises(
+        ConversionError, match=r"--layout blocks does not apply to --source images: it is written as rows"
+    ):
+        run_convert("--source", "images", "--input", tmp / "none", "--output", tmp / "o", "--layout", "blocks")
+    src = write_text(tmp / "a.csv", "a\n1\n")
+    with pytest.raises(ConversionError, match=r"--block_rows must be at least 1"):
+        run_convert("--source", "csv", "--input", src, "--output", tmp / "o", "--layout", "blocks", "--block_rows", "0")
+
+
+def test_make_dataset_reads_a_converted_blocks_dataset_as_it_reads_rows(tmp):
+    import ingest
+
+    lines = "".join(f"{i},{'' if i % 7 == 0 else i / 4},w{i % 5},{i % 2}\n" for i in range(2000))
+    src = write_text(tmp / "in" / "a.csv", "id,x,word,y\n" + lines)
+    args = ["--source", "csv", "--input", src, "--num_shards", "2", "--label", "y", "--no_shuffle"]
+    run_convert(*args, "--output", tmp / "rows")
+    run_convert(*args, "--output", tmp / "blocks", "--layout", "blocks", "--block_rows", "128")
+
+    def rows(out, **kwargs):
+        got = []
+        for features, labels in ingest.make_dataset(str(out), batch_size=100, num_epochs=1, **kwargs):
+            for i in range(len(labels)):
+                got.append(
+                    (
+                        int(features["id"][i]),
+                        float(features["x"][i]),
+                        bytes(features["word"][i].numpy()),
+                        int(labels[i]),
+                    )
+                )
+        return got
+
+    # Same rows, values and labels; shards interleave in blocks, not records, so compare as sets.
+    assert sorted(rows(tmp / "blocks", shuffle=False)) == sorted(rows(tmp / "rows", shuffle=False))
+    shuffled = rows(tmp / "blocks", seed=3)
+    assert sorted(shuffled) == sorted(rows(tmp / "rows", shuffle=False)) and shuffled != sorted(shuffled)
+    assert shuffled == rows(tmp / "blocks", seed=3)
+
+
+def test_a_dataset_written_with_format_version_1_still_reads(tmp):
+    import ingest
+
+    src = write_text(tmp / "in" / "a.csv", "id,y\n" + "".join(f"{i},{i % 2}\n" for i in range(300)))
+    run_convert("--source", "csv", "--input", src, "--output", tmp / "ds", "--label", "y")
+    meta_path = tmp / "ds" / "dataset_info.json"
+    meta = json.load(open(meta_path))
+    meta["format_version"] = 1  # what the previous release wrote: no layout, no block_rows
+    del meta["layout"]
+    meta["options"].pop("layout"), meta["options"].pop("block_rows")
+    meta_path.write_text(json.dumps(meta))
+    assert ingest.load_info(str(tmp / "ds")).layout == "rows"
+    ids = [int(i) for f, _ in ingest.make_dataset(str(tmp / "ds"), batch_size=64, num_epochs=1) for i in f["id"]]
+    assert sorted(ids) == list(range(300))
+    meta["format_version"] = 3
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=r"format_version 3; this version of ingest reads format_version 1 and 2"):
+        ingest.load_info(str(tmp / "ds"))
