@@ -33,7 +33,7 @@ class Fragment:
     bytes: int
     order: tuple  # (file index, range, chunk) of its first chunk: keeps source order when concatenated
     segments: tuple  # frames per run, in file order
-    rows: int | None = None  # rows its frames hold, when a frame is a block of rows (else `records`)
+    rows: int  # rows its frames hold: `records`, unless a frame is a block of rows
 
     @property
     def key(self) -> tuple:

@@ -116,8 +116,11 @@ class _ConvertFiles(beam.DoFn):
         if not good:
             return
         self._stats.add_features(done.cols, good)
-        # Row records also hash the content for the split (the same split in both layouts).
-        buf, frame_offsets, crcs = encode_batch(done.cols, good, framed=True)
+        # Row records also hash the content for the split (the same split in both layouts);
+        # blocks split by a key need none.
+        buf = frame_offsets = None
+        if cfg.layout == "rows" or cfg.split_key is None:
+            buf, frame_offsets, crcs = encode_batch(done.cols, good, framed=True)
         if cfg.split_key is None:
             hashes = crcs
         else:
@@ -197,7 +200,7 @@ class _CommitShard(beam.DoFn):
         with BackgroundWriter(FileSystems.create(path, compression_type=compression)) as out:
             frames = _commit.write_shard(fragments, out, rng=rng, budget=self._budget)
         size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
-        rows = sum(f.records if f.rows is None else f.rows for f in fragments)
+        rows = sum(f.rows for f in fragments)
         blocks = frames if cfg.layout == "blocks" else None
         yield {"split": split, "shard": shard, "path": path, "records": rows, "blocks": blocks, "bytes": size}
 

@@ -55,7 +55,7 @@ def _values(out: io.BytesIO) -> list:
 
 def test_the_strategy_follows_the_number_of_runs_and_the_bytes():
     def shard(runs, size):
-        return [Fragment(0, 0, "f", records=runs, bytes=size, order=(0,), segments=(1,) * runs)]
+        return [Fragment(0, 0, "f", records=runs, bytes=size, order=(0,), segments=(1,) * runs, rows=runs)]
 
     budget = _commit.Budget(max_merged_runs=8, in_memory_bytes=1000)
     assert _commit.choose_strategy(shard(8, 10**9), budget) is _commit.interleave_runs

@@ -181,3 +181,14 @@ def test_a_dataset_written_with_format_version_1_still_reads(tmp):
     meta_path.write_text(json.dumps(meta))
     with pytest.raises(ValueError, match=r"format_version 3; this version of ingest reads format_version 1 and 2"):
         ingest.load_info(str(tmp / "ds"))
+
+
+def test_blocks_split_by_key_land_in_the_splits_the_rows_layout_gives(tmp):
+    src = write_text(tmp / "in" / "a.csv", "user,v\n" + "".join(f"u{i % 50},{i}\n" for i in range(2000)))
+    args = ["--source", "csv", "--input", src, "--splits", "train=0.5,eval=0.5", "--split_key", "user"]
+    run_convert(*args, "--output", tmp / "rows")
+    run_convert(*args, "--output", tmp / "blocks", "--layout", "blocks", "--block_rows", "32")
+    for split in ("train", "eval"):
+        assert sorted(map(_key, _rows_of_blocks(tmp / "blocks", split))) == sorted(
+            map(_key, read_examples(tmp / "rows", split))
+        )

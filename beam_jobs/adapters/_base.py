@@ -20,7 +20,7 @@ from apache_beam.io.filesystems import FileSystems
 from beam_jobs._errors import ConversionError
 from beam_jobs._sources import Chunk
 
-__all__ = ["Source", "WorkItem", "flag", "match_files", "first_mismatch", "select_columns"]
+__all__ = ["Source", "WorkItem", "flag", "match_files", "first_mismatch", "select_columns", "json_row"]
 
 # (item index, path or image entries, CsvRange or None): one unit of work for ConvertFiles.
 WorkItem = tuple
@@ -105,10 +105,7 @@ class Source:
 
     def row_text(self, chunk, i: int) -> str:
         """Row `i` of a chunk as the quarantine shows it: JSON of its values."""
-        values = chunk.batch.slice(i, 1).to_pylist()[0].items()
-        return json.dumps(
-            {k: (v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else v) for k, v in values}, default=str
-        )
+        return json_row(chunk.batch.slice(i, 1).to_pylist()[0])
 
     def expand_items(self, items: beam.PCollection) -> beam.PCollection:
         """Work items as the pipeline reads them (CSV cuts large files into byte ranges)."""
@@ -196,3 +193,10 @@ def select_columns(names: list, args) -> list:
         if col is not None and col not in selected:
             selected.append(col)
     return selected
+
+
+def json_row(row: dict) -> str:
+    """A row's values as JSON, bytes as text (undecodable bytes escaped), the rest as str."""
+    return json.dumps(
+        {k: (v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else v) for k, v in row.items()}, default=str
+    )

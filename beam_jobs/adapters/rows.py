@@ -14,7 +14,6 @@ each column's values are counted by kind, and the decision keeps every value who
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import ClassVar, Iterator
 
 import numpy as np
@@ -22,7 +21,7 @@ import pyarrow as pa
 
 from beam_jobs import _sources, _typing
 from beam_jobs._errors import ConversionError
-from beam_jobs.adapters._base import Source, WorkItem
+from beam_jobs.adapters._base import Source, WorkItem, json_row
 
 __all__ = ["RowsSource", "RowsChunk"]
 
@@ -180,11 +179,7 @@ class RowsSource(Source):
         return where, iter([RowsChunk(None, np.arange(len(payload)), [], records=list(payload))])
 
     def row_text(self, chunk, i: int) -> str:
-        row = chunk.records[i] if chunk.batch is None else chunk.batch.slice(i, 1).to_pylist()[0]
-        return json.dumps(
-            {k: v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else v for k, v in row.items()},
-            default=str,
-        )
+        return json_row(chunk.records[i]) if chunk.batch is None else super().row_text(chunk, i)
 
     def type_chunk(self, path: str, chunk, types: dict) -> tuple:
         if chunk.batch is not None:
