@@ -20,12 +20,14 @@ __all__ = [
     "INT_COLS",
     "STR_COLS",
     "LABEL",
+    "INDEX",
 ]
 
 FLOAT_COLS = [f"f{i}" for i in range(10)]
 INT_COLS = [f"i{i}" for i in range(5)]
 STR_COLS = [f"s{i}" for i in range(5)]
 LABEL = "label"
+INDEX = "idx"  # the source index, in the indexed corpus only
 _WORDS = np.array(["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu"])
 
 
@@ -42,17 +44,20 @@ def tabular_table(rows: int, *, seed: int = 0) -> pa.Table:
     return pa.table(cols)
 
 
-def _batches(rows: int, seed: int, batch_rows: int = 100_000):
+def _batches(rows: int, seed: int, batch_rows: int = 100_000, indexed: bool = False):
     for i, start in enumerate(range(0, rows, batch_rows)):
-        yield tabular_table(min(batch_rows, rows - start), seed=seed * 100_003 + i)
+        table = tabular_table(min(batch_rows, rows - start), seed=seed * 100_003 + i)
+        if indexed:
+            table = table.add_column(0, INDEX, pa.array(np.arange(start, start + table.num_rows)))
+        yield table
 
 
-def write_csv(path: str, rows: int, *, seed: int = 0) -> str:
-    """Writes `rows` rows in bounded memory; returns the path."""
+def write_csv(path: str, rows: int, *, seed: int = 0, indexed: bool = False) -> str:
+    """Writes `rows` rows in bounded memory; returns the path. `indexed`: with an INDEX column first."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     writer = None
     with open(path, "wb") as f:
-        for table in _batches(rows, seed):
+        for table in _batches(rows, seed, indexed=indexed):
             if writer is None:
                 writer = pacsv.CSVWriter(f, table.schema, write_options=pacsv.WriteOptions(quoting_style="needed"))
             writer.write_table(table)
@@ -73,11 +78,11 @@ def write_parquet(path: str, rows: int, *, seed: int = 0) -> str:
     return path
 
 
-def ensure_csv(workdir: str, rows: int) -> str:
+def ensure_csv(workdir: str, rows: int, *, indexed: bool = False) -> str:
     """The `rows`-row CSV under `workdir`, generated on first use and reused after."""
-    path = os.path.join(workdir, f"csv-{rows}", "data.csv")
+    path = os.path.join(workdir, f"csv-{rows}{'-indexed' if indexed else ''}", "data.csv")
     if not os.path.exists(path):
-        write_csv(path, rows)
+        write_csv(path, rows, indexed=indexed)
     return path
 
 
@@ -89,25 +94,34 @@ def ensure_parquet(workdir: str, rows: int) -> str:
     return path
 
 
-def ensure_dataset(workdir: str, rows: int, shards: int) -> str:
-    """The CSV converted (label `label`, `shards` shards), converted on first use."""
+def ensure_dataset(
+    workdir: str, rows: int, shards: int, *, layout: str = "rows", shuffle: bool = True, indexed: bool = False
+) -> str:
+    """The CSV converted (label `label`, `shards` shards, `layout`), converted on first use.
+
+    `shuffle=False` converts with --no_shuffle; `indexed` adds the INDEX column (source order).
+    """
     from beam_jobs import convert
 
-    dataset = os.path.join(workdir, f"ds-{rows}-{shards}")
+    name = f"ds-{rows}-{shards}-{layout}" + ("" if shuffle else "-noshuffle") + ("-indexed" if indexed else "")
+    dataset = os.path.join(workdir, name)
     if not os.path.exists(os.path.join(dataset, "dataset_info.json")):
         convert.run(
             [
                 "--source",
                 "csv",
                 "--input",
-                ensure_csv(workdir, rows),
+                ensure_csv(workdir, rows, indexed=indexed),
                 "--output",
                 dataset,
                 "--label",
                 LABEL,
                 "--num_shards",
                 str(shards),
+                "--layout",
+                layout,
                 "--overwrite",
+                *([] if shuffle else ["--no_shuffle"]),
             ]
         )
     return dataset

@@ -6,8 +6,8 @@
       -> rebatch to batch_size -> [(features, label)]
 
 Three levels of shuffling: shard order, blocks through a buffer, rows within a window.
-With a seed, each window's permutation is seeded by (seed, window index), so a run is
-reproducible and every window (and epoch) permutes differently. Without `shuffle`, rows
+With a seed, each window's permutation is seeded by (seed, window index, its first
+block), so a run is reproducible and every window, epoch and pass permutes differently. Without `shuffle`, rows
 come in the order the read stage delivers the blocks.
 """
 
@@ -26,6 +26,17 @@ if TYPE_CHECKING:
 __all__ = ["block_batches"]
 
 
+def _window_seed(seed: int, index, serialized) -> tf.Tensor:
+    """A stateless seed per window: the user's seed, the window's index and its first block.
+
+    The index alone would repeat the same permutations on every pass over the dataset
+    (Keras' `fit` iterates it anew each epoch); the block shuffle puts a different block
+    first in each pass's windows, so hashing it in varies them, reproducibly.
+    """
+    first = tf.strings.to_hash_bucket_fast(serialized[0], 2**62)
+    return tf.stack([tf.constant(seed, tf.int64), index ^ first])
+
+
 def _window_parser(req: Request):
     features = _parse.selected_features(req)
     padded = _parse.padder(req)
@@ -34,8 +45,7 @@ def _window_parser(req: Request):
     def parse(index, serialized):
         rows = parse_blocks(serialized, features)
         if req.shuffle:
-            window_seed = None if seed is None else tf.stack([tf.constant(seed, tf.int64), index])
-            rows = permute_rows(rows, window_seed)
+            rows = permute_rows(rows, None if seed is None else _window_seed(seed, index, serialized))
         return padded(rows)
 
     return parse
@@ -46,7 +56,10 @@ def block_batches(ds: tf.data.Dataset, req: Request, plan: _tuning.FileShards) -
     opts = req.options
     window = _tuning.block_window(req.info.block_rows, plan.records, requested=opts.block_window)
     if req.shuffle:
-        buffer = _tuning.block_shuffle_buffer(window, plan.records, requested=opts.block_shuffle_buffer)
+        in_split = sum(s.blocks for s in req.split.shards)
+        buffer = _tuning.block_shuffle_buffer(
+            window, plan.records, req.split.bytes / max(in_split, 1), requested=opts.block_shuffle_buffer
+        )
         ds = ds.shuffle(buffer, seed=req.seed, reshuffle_each_iteration=True)
     if req.num_epochs != 1:
         ds = ds.repeat(req.num_epochs)

@@ -43,10 +43,11 @@ class ReadOptions:
         windows at 5.2x; the permutation within the window is the finest mixing level, and
         65k rows is a little more than the rows layout's ~50k-record shuffle buffer.
     block_shuffle_buffer: blocks layout only: blocks in the shuffle buffer ahead of the
-        windows, which decides which blocks share a window each epoch. Auto: one window's
-        worth (capped at the split's blocks): each window then draws its blocks from about
-        two windows' span of the shard interleave, for one more window of serialized
-        blocks in memory (~a quarter of the bytes of as many rows in the rows layout).
+        windows, which decides which blocks share a window each epoch. Auto: 16 MB of
+        blocks (the rows layout's record-buffer budget, holding ~4x the rows), at least
+        one window, capped at the split. Measured (benchmarks.mixing, 500k rows): batch-
+        mates share a batch again next epoch at 0.059%, rows layout 0.072%, ideal 0.051%;
+        a one-window buffer scored 0.090%.
     read_buffer_bytes: TFRecordDataset read buffer per shard. Auto: 1 MB local,
         8 MB on object storage (fewer, larger ranged reads).
     prefetch: batches prefetched at the end. Auto: AUTOTUNE.

@@ -18,6 +18,7 @@ import tensorflow as tf
 import ingest
 from beam_jobs._block_encoder import encode_blocks
 from beam_jobs._example_encoder import encode_batch
+from benchmarks import mixing
 from ingest import _block_batches, contract
 from ingest._dataset import read_records
 
@@ -185,6 +186,18 @@ def test_a_seed_makes_block_runs_identical_and_another_seed_differs(both):
     assert run(7, options=small_windows) == run(7, options=small_windows)
 
 
+def test_each_pass_over_a_seeded_dataset_permutes_anew_and_reproducibly(both):
+    # Keras' fit iterates a finite dataset anew each epoch: with a seed, the passes must
+    # differ from each other (as tf.data's reshuffle_each_iteration does) yet repeat per seed.
+    def passes(seed):
+        ds = ingest.make_dataset(both[1], batch_size=64, seed=seed)
+        return [_ids(ds) for _ in range(3)]
+
+    first = passes(9)
+    assert first[0] != first[1] != first[2] and sorted(first[1]) == list(range(4000))
+    assert passes(9) == first
+
+
 def test_shuffled_rows_hold_the_same_values_in_both_layouts(both):
     def by_id(path):
         rows = {}
@@ -197,24 +210,13 @@ def test_shuffled_rows_hold_the_same_values_in_both_layouts(both):
     assert len(rows) == 4000 and rows == blocks
 
 
-def _regroup_fraction(epoch1: list, epoch2: list, batch_size: int) -> float:
-    """Of the row pairs that share a batch in epoch 1, the fraction sharing one again in epoch 2."""
-    batch2 = {row: i // batch_size for i, row in enumerate(epoch2)}
-    pairs = again = 0
-    for start in range(0, len(epoch1), batch_size):
-        batch = epoch1[start : start + batch_size]
-        pairs += len(batch) * (len(batch) - 1) // 2
-        counts = np.bincount([batch2[row] for row in batch])
-        again += int((counts * (counts - 1) // 2).sum())
-    return again / pairs
-
-
 def test_rows_of_a_batch_scatter_in_the_next_epoch(both, monkeypatch):
     batch_size, n = 64, 4000
 
     def fraction(path):
-        ids = _ids(ingest.make_dataset(path, batch_size=batch_size, seed=11, num_epochs=2))
-        return _regroup_fraction(ids[:n], ids[n:], batch_size)
+        ids = np.array(_ids(ingest.make_dataset(path, batch_size=batch_size, seed=11, num_epochs=2)))
+        first, second = ([e[i : i + batch_size] for i in range(0, n, batch_size)] for e in (ids[:n], ids[n:]))
+        return mixing.reshare_fraction(first, second)
 
     ideal = (batch_size - 1) / (n - 1)
     rows, blocks = fraction(both[0]), fraction(both[1])
