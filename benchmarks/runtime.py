@@ -1,8 +1,14 @@
-"""Runtime throughput: make_dataset vs a naive and a best-practice hand-written pipeline.
+"""Runtime throughput: make_dataset on both record layouts vs hand-written pipelines.
 
-Same shards, same process, epochs interleaved round-robin so drift hits every pipeline
-alike; medians after a warm-up epoch. Peak RSS of each pipeline is measured in a child
-process of its own.
+The same corpus converted twice, as row records and as column blocks
+(docs/block_format.md). The hand-written pipelines read the row records: naive, the
+TensorFlow guide's best practice, the guide's pipeline tuned by hand, the strongest
+hand-written one (`hand_tuned_rows`, 1024-record parses) and the raw read of the records
+without parsing, the ceiling of any pipeline over row records. Same process, epochs
+interleaved round-robin so drift hits every pipeline alike; medians after a warm-up
+epoch. Batches are consumed inside the TensorFlow runtime, as a compiled training step
+takes them (`_measure.drain_in_graph`). Peak RSS of each pipeline is measured in a
+child process of its own.
 
     python -m benchmarks.runtime [--rows 500000] [--shards 16] [--epochs 5] [--quick]
 """
@@ -18,53 +24,64 @@ import sys
 from benchmarks import _measure, corpus
 
 
-def _pipelines(path: str, batch_size: int) -> dict:
+def _pipelines(paths: dict, batch_size: int) -> dict:
+    """name -> (layout read, maker)."""
     import ingest
     from benchmarks import pipelines
 
+    rows, b = paths["rows"], batch_size
     return {
-        "naive": lambda: pipelines.naive(path, batch_size=batch_size),
-        "best_practice": lambda: pipelines.best_practice(path, batch_size=batch_size),
-        "tuned_by_hand": lambda: pipelines.tuned_by_hand(path, batch_size=batch_size),
-        "make_dataset": lambda: ingest.make_dataset(path, batch_size=batch_size),
+        "naive": ("rows", lambda: pipelines.naive(rows, batch_size=b)),
+        "best_practice": ("rows", lambda: pipelines.best_practice(rows, batch_size=b)),
+        "tuned_by_hand": ("rows", lambda: pipelines.tuned_by_hand(rows, batch_size=b)),
+        "hand_tuned_rows": ("rows", lambda: pipelines.hand_tuned_rows(rows, batch_size=b)),
+        "raw_read (no parse)": ("rows", lambda: pipelines.raw_read(rows, batch_size=b)),
+        "make_dataset, rows": ("rows", lambda: ingest.make_dataset(rows, batch_size=b)),
+        "make_dataset, blocks": ("blocks", lambda: ingest.make_dataset(paths["blocks"], batch_size=b)),
     }
 
 
-def compare(path: str, *, batch_size: int, epochs: int, naive_epochs: int) -> list:
-    makers = _pipelines(path, batch_size)
+def compare(paths: dict, *, batch_size: int, epochs: int, naive_epochs: int) -> list:
+    makers = _pipelines(paths, batch_size)
     rates = {name: [] for name in makers}
-    for name, make in makers.items():  # warm-up epoch each
-        _measure.drain(make())
+    for name, (_, make) in makers.items():  # warm-up epoch each
+        _measure.drain_in_graph(make())
     for i in range(epochs):
-        for name, make in makers.items():
+        for name, (_, make) in makers.items():
             if name == "naive" and i >= naive_epochs:
                 continue
-            n, s = _measure.drain(make())
+            n, s = _measure.drain_in_graph(make())
             rates[name].append(n / s)
     med = {k: statistics.median(v) for k, v in rates.items()}
-    best_by_hand = max(med["best_practice"], med["tuned_by_hand"])
-    rows = []
-    for name in makers:
-        rows.append(
-            {
-                "pipeline": name,
-                "examples_per_sec": med[name],
-                "vs_best_by_hand": med[name] / best_by_hand,
-                "vs_naive": med[name] / med["naive"],
-                "epochs": len(rates[name]),
-            }
-        )
-    return rows
+    return [
+        {
+            "pipeline": name,
+            "layout": layout,
+            "examples_per_sec": med[name],
+            "vs_hand_tuned_rows": med[name] / med["hand_tuned_rows"],
+            "vs_raw_read": med[name] / med["raw_read (no parse)"],
+            "vs_naive": med[name] / med["naive"],
+            "epochs": len(rates[name]),
+        }
+        for name, (layout, _) in makers.items()
+    ]
 
 
-def _rss_child(path: str, pipeline: str, batch_size: int) -> None:
-    make = _pipelines(path, batch_size)[pipeline]
+def _rss_child(paths: dict, pipeline: str, batch_size: int) -> None:
+    _, make = _pipelines(paths, batch_size)[pipeline]
     with _measure.RssSampler() as whole:
         ds = make()
         next(iter(ds))  # trace and start up outside the iteration measurement
         with _measure.RssSampler() as rss:
             _measure.drain(ds)
     print(json.dumps({"pipeline": pipeline, "peak_rss_mb": whole.peak_mb, "iteration_rss_growth_mb": rss.growth_mb}))
+
+
+def bytes_on_disk(paths: dict) -> list:
+    import ingest
+
+    size = {layout: ingest.load_info(p).split("train").bytes for layout, p in paths.items()}
+    return [{"layout": k, "train_bytes": v, "vs_rows": v / size["rows"]} for k, v in size.items()]
 
 
 def main(argv=None) -> int:
@@ -76,35 +93,47 @@ def main(argv=None) -> int:
     p.add_argument("--batch_size", type=int, default=256)
     p.add_argument("--workdir", default="bench-out/data")
     p.add_argument("--out", default="bench-out")
+    p.add_argument("--no_rss", action="store_true", help="skip the peak-RSS children")
     p.add_argument("--quick", action="store_true", help="50k rows, 2 epochs: proves the benchmark runs")
-    p.add_argument("--rss_child", nargs=2, metavar=("PATH", "PIPELINE"), help=argparse.SUPPRESS)
+    p.add_argument("--rss_child", nargs=3, metavar=("ROWS_PATH", "BLOCKS_PATH", "PIPELINE"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.rss_child:
-        _rss_child(args.rss_child[0], args.rss_child[1], args.batch_size)
+        rows_path, blocks_path, pipeline = args.rss_child
+        _rss_child({"rows": rows_path, "blocks": blocks_path}, pipeline, args.batch_size)
         return 0
     if args.quick:
         args.rows, args.epochs, args.naive_epochs = 50_000, 2, 1
-    path = corpus.ensure_dataset(args.workdir, args.rows, args.shards)
-    rows = compare(path, batch_size=args.batch_size, epochs=args.epochs, naive_epochs=args.naive_epochs)
-    for r in rows:
-        child = _measure.run_child(
-            "benchmarks.runtime", "--rss_child", path, r["pipeline"], "--batch_size", args.batch_size
-        )
-        r["peak_rss_mb"] = child["peak_rss_mb"]
-        r["rss_growth_mb"] = child["iteration_rss_growth_mb"]
+    paths = {
+        layout: corpus.ensure_dataset(args.workdir, args.rows, args.shards, layout=layout)
+        for layout in ("rows", "blocks")
+    }
+    rows = compare(paths, batch_size=args.batch_size, epochs=args.epochs, naive_epochs=args.naive_epochs)
+    columns = ["pipeline", "layout", "examples_per_sec", "vs_hand_tuned_rows", "vs_raw_read", "vs_naive", "epochs"]
+    if not args.no_rss:
+        columns += ["peak_rss_mb", "rss_growth_mb"]
+        for r in rows:
+            child = _measure.run_child(
+                "benchmarks.runtime",
+                "--rss_child",
+                paths["rows"],
+                paths["blocks"],
+                r["pipeline"],
+                "--batch_size",
+                args.batch_size,
+            )
+            r["peak_rss_mb"] = child["peak_rss_mb"]
+            r["rss_growth_mb"] = child["iteration_rss_growth_mb"]
+    sizes = bytes_on_disk(paths)
     print(
-        f"\nRuntime throughput, {args.rows} rows in {args.shards} shards, batch {args.batch_size}, "
+        f"\nRuntime throughput, {args.rows} rows in {args.shards} shards, batch {args.batch_size}, shuffled, "
         "median of epochs after warm-up\n"
     )
-    print(
-        _measure.table(
-            rows,
-            ["pipeline", "examples_per_sec", "vs_best_by_hand", "vs_naive", "epochs", "peak_rss_mb", "rss_growth_mb"],
-        )
-    )
+    print(_measure.table(rows, columns))
+    print("\nBytes on disk, train split\n")
+    print(_measure.table(sizes, ["layout", "train_bytes", "vs_rows"]))
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "runtime.json"), "w") as f:
-        json.dump(rows, f, indent=2)
+        json.dump({"throughput": rows, "bytes": sizes}, f, indent=2)
     return 0
 
 
