@@ -88,8 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
         p,
         "layout",
         choices=["rows", "blocks"],
-        help="records as one tf.train.Example per row (rows), or up to --block_rows rows per Example, column "
-        "by column (blocks; docs/block_format.md); default: rows",
+        help="records as up to --block_rows rows per tf.train.Example, column by column (blocks; "
+        "docs/block_format.md), or one Example per row (rows: for TFX, TFDV and other tf.Example readers); "
+        "default: blocks (images: rows)",
     )
     flag(p, "block_rows", type=int, default=DEFAULT_BLOCK_ROWS, help="rows per block of the blocks layout")
     p.add_argument("--verbose", "-v", action="store_true", help="log at DEBUG, with the runner's tracebacks")

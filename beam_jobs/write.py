@@ -79,8 +79,9 @@ class WriteDataset(beam.PTransform):
       max_bad_fraction: fail when more of the rows are quarantined.
       overwrite: replace a dataset in `output` (the old one stays readable until the new
         metadata lands).
-      layout, block_rows: "rows" (one tf.train.Example per row, the default) or "blocks" (up
-        to `block_rows` rows per Example, column by column; docs/block_format.md).
+      layout, block_rows: "blocks" (the default: up to `block_rows` rows per
+        tf.train.Example, column by column; docs/block_format.md) or "rows" (one
+        tf.train.Example per row, for TFX, TFDV and other tf.Example readers).
     Returns the metadata's JSON text, once written.
     """
 

@@ -7,10 +7,13 @@
              -> parse 1024 records at a time, rebatch to batch_size; or decode and augment images (_parse)
          blocks layout: [block shuffle] -> [repeat] -> parse windows of blocks
              -> [permute their rows] -> rebatch to batch_size (_block_batches)
+         blocks layout cached in memory: parse all once -> cache columns -> per epoch a
+             permutation of every row -> rebatch (_column_cache)
       -> finish: [preprocess, parallel] -> [tf.data service] -> prefetch(AUTOTUNE)
 
 Each stage reads only the request (and the read plan of this input pipeline). Caching
-serialized records keeps the cache the size of the data on disk; the sizing decisions
+serialized rows keeps the cache the size of the data on disk; cached block columns are
+parsed once and shuffled globally; the sizing decisions
 (cycle length, buffers, whether to cache) are pure functions in _tuning.
 """
 
@@ -22,6 +25,7 @@ import tensorflow as tf
 
 from ingest import _parse, _read, _request, _service, _tuning
 from ingest._block_batches import block_batches
+from ingest._column_cache import cached_column_batches, columns_bytes
 from ingest._options import ImageOptions, ReadOptions
 from ingest._request import Request
 from ingest._system import physical_memory
@@ -114,8 +118,11 @@ def make_dataset(
     Performance:
         cache: None; "memory"; "auto" (memory when what this pipeline reads fits
             `ReadOptions.cache_budget_bytes`, a quarter of RAM by default); or a local file
-            path. The cache holds serialized records (blocks, on the blocks layout), taken
-            before any shuffle, so later epochs skip reading but still shuffle.
+            path. On the rows layout (and in a file) the cache holds serialized records,
+            taken before any shuffle, so later epochs skip reading but still shuffle. On
+            the blocks layout in memory it holds the parsed columns (their size is what
+            "auto" checks): later epochs skip reading and parsing, and with `shuffle` each
+            epoch is a permutation of every cached row, a global shuffle.
         options: an `ingest.ReadOptions` with tuning knobs (interleave width, parallelism,
             buffer sizes, autotune budgets, symbolic checkpoints); every one defaults to
             automatic.
@@ -192,8 +199,13 @@ def make_dataset(
     ds = _read.records(req, plan)
     if req.checks_counts:
         ds = ds.apply(tf.data.experimental.assert_cardinality(plan.records))
-    ds = _cached(ds, req, _records_bytes(req, plan))
-    ds = _BATCHES[req.info.layout](ds, req, plan)
+    target = _cache_target(req, plan)
+    if target == "memory" and req.info.layout == "blocks" and req.service is None:
+        ds = cached_column_batches(ds, req, plan)
+    else:
+        if target is not None:
+            ds = ds.cache() if target == "memory" else ds.cache(target)
+        ds = _BATCHES[req.info.layout](ds, req, plan)
     return _finished(ds, req, plan)
 
 
@@ -226,32 +238,28 @@ _BATCHES = {"rows": _row_batches, "blocks": block_batches}
 def read_records(path, *, split: str = "train", options: ReadOptions | None = None) -> tf.data.Dataset:
     """The read stage alone (shards -> serialized records, no shuffle); for diagnosis.
 
-    Rows layout only: a blocks-layout record holds many rows, which callers counting
-    records as rows (`ingest.diagnose`) would miscount; it raises ValueError there.
+    On the blocks layout each record is a block of up to `load_info(path).block_rows`
+    rows (docs/block_format.md): count rows with the metadata, not records.
     """
     req = _request.build(path, split=split, options=options, raw=True)
-    if req.info.layout != "rows":
-        raise ValueError(
-            f"read_records (and ingest.diagnose, which measures with it) reads the rows layout only; {req.path} is "
-            f"in the {req.info.layout!r} layout (up to {req.info.block_rows} rows per record). Use make_dataset, "
-            "or reconvert with --layout rows"
-        )
     return _read.records(req, _read.shard_plan(req)).with_options(_tf_options(req))
 
 
-def _cached(ds: tf.data.Dataset, req: Request, records_bytes: float) -> tf.data.Dataset:
-    opts = req.options
-    budget = _tuning.cache_budget(physical_memory(), requested=opts.cache_budget_bytes)
-    target = _tuning.cache_target(req.cache, records_bytes=int(records_bytes), budget_bytes=budget)
-    if target is None:
-        if req.cache == "auto":
-            logger.info(
-                "cache='auto': %.0f MB does not fit the %.0f MB budget; not caching",
-                records_bytes / 2**20,
-                budget / 2**20,
-            )
-        return ds
-    return ds.cache() if target == "memory" else ds.cache(target)
+def _cache_target(req: Request, plan: _tuning.FileShards) -> str | None:
+    """None, "memory" or a file path: what `cache` asks for, with "auto" decided by size.
+
+    The blocks layout caches parsed columns in memory (_column_cache): their size, not
+    the serialized bytes, is checked against the budget.
+    """
+    budget = _tuning.cache_budget(physical_memory(), requested=req.options.cache_budget_bytes)
+    size = _records_bytes(req, plan)
+    if req.info.layout == "blocks" and req.service is None:
+        rows = plan.total_rows if plan.total_rows is not None else req.split.records / req.num_pipelines
+        size = columns_bytes(_parse.selected_features(req), int(rows), size)
+    target = _tuning.cache_target(req.cache, records_bytes=int(size), budget_bytes=budget)
+    if target is None and req.cache == "auto":
+        logger.info("cache='auto': %.0f MB does not fit the %.0f MB budget; not caching", size / 2**20, budget / 2**20)
+    return target
 
 
 def _finished(ds: tf.data.Dataset, req: Request, plan: _tuning.FileShards) -> tf.data.Dataset:

@@ -1,14 +1,16 @@
 """`ingest diagnose`: which stage bounds the input pipeline, and what to do about it.
 
-Measures the capacity (records/s) of each stage, cumulatively, in-graph so the Python
-consumer does not cap it: read (shards -> records), + parse, + preprocess, and a warm
-cache; compares them with the consumer's demand (batch_size / step time). `decide` is a
-pure function of those numbers.
+Measures the capacity (rows/s) of each stage, cumulatively, in-graph so the Python
+consumer does not cap it: read (shards -> records; on the blocks layout, blocks counted
+as the rows they hold), + parse, + shuffle, + preprocess, and a warm cache; compares
+them with the consumer's demand (batch_size / step time). `decide` is a pure function
+of those numbers.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 from ingest import _optional
@@ -26,6 +28,11 @@ ADVICE = {
     "parse": (
         "CPU-bound in parsing: decoding records is slower than the model consumes. Read only the "
         "features the model uses (features=[...]), cache, or give the input pipeline more CPU cores."
+    ),
+    "shuffle": (
+        "Bound by shuffling: the shuffle buffer (rows layout) or the row permutation (blocks layout) is "
+        "slower than the model consumes. Give a smaller ReadOptions(shuffle_buffer=...) or "
+        "ReadOptions(block_window=...), or cache='memory' (on blocks: parsed once, shuffled by gathering)."
     ),
     "preprocess": (
         "CPU-bound in preprocessing: the preprocess function is slower than the model consumes. "
@@ -56,7 +63,7 @@ class Diagnosis:
     cache_keeps_up: bool | None
 
     def table(self) -> str:
-        lines = ["| stage | records/s | vs demand |", "|---|---:|---:|"]
+        lines = ["| stage | rows/s | vs demand |", "|---|---:|---:|"]
         for s in self.stages:
             ratio = s.records_per_sec / self.demand_records_per_sec if self.demand_records_per_sec else float("inf")
             lines.append(f"| {s.stage} | {s.records_per_sec:,.0f} | {ratio:.2f}x |")
@@ -74,7 +81,7 @@ class Diagnosis:
 def decide(
     capacities: dict, demand: float, *, batch_bytes: float = 0.0, memory_budget: float = float("inf")
 ) -> Diagnosis:
-    """Names the first stage (read -> parse -> preprocess) that cannot meet `demand`."""
+    """Names the first stage (read -> parse -> shuffle -> preprocess) that cannot meet `demand`."""
     if demand <= 0:
         raise ValueError(f"demand must be positive records/s, got {demand}")
     stages = tuple(StageCapacity(k, v) for k, v in capacities.items())
@@ -82,7 +89,7 @@ def decide(
         bottleneck = "memory"
     else:
         bottleneck = None
-        for name in ("read", "parse", "preprocess"):
+        for name in ("read", "parse", "shuffle", "preprocess"):
             if name in capacities and capacities[name] < _HEADROOM * demand:
                 bottleneck = name
                 break
@@ -129,11 +136,19 @@ def diagnose(
         return total + tf.shape(first, out_type=tf.int64)[0]
 
     common = dict(batch_size=batch_size, split=split, shuffle=False, options=opts)
-    read = _dataset.read_records(path, split=split, options=opts).take(batches * batch_size)
-    capacities = {"read": _rate(read.batch(batch_size), records_in_batch)}
+    # A blocks-layout record holds many rows: the read is counted in rows, at the split's average.
+    rows_per_record = (
+        split_info.records / max(sum(s.blocks for s in split_info.shards), 1) if info.layout == "blocks" else 1
+    )
+    read = _dataset.read_records(path, split=split, options=opts).take(
+        math.ceil(batches * batch_size / rows_per_record)
+    )
+    capacities = {"read": _rate(read.batch(batch_size), records_in_batch) * rows_per_record}
     capacities["parse"] = _rate(_dataset.make_dataset(path, **common).take(batches), records_in_batch)
+    shuffled = {**common, "shuffle": True}
+    capacities["shuffle"] = _rate(_dataset.make_dataset(path, **shuffled).take(batches), records_in_batch)
     if preprocess is not None:
-        ds = _dataset.make_dataset(path, preprocess=preprocess, **common).take(batches)
+        ds = _dataset.make_dataset(path, preprocess=preprocess, **shuffled).take(batches)
         capacities["preprocess"] = _rate(ds, records_in_batch)
     cached = _dataset.make_dataset(path, cache="memory", **common).take(batches)
     _rate(cached, records_in_batch)  # fills the cache

@@ -12,6 +12,7 @@ from tests.gcs import TF_GCS_ENV  # noqa: E402  (before TensorFlow is imported, 
 for _k, _v in TF_GCS_ENV.items():
     os.environ.setdefault(_k, _v)
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
@@ -50,21 +51,65 @@ def convert_table(root, table, *args) -> str:
     return str(os.path.join(root, "ds"))
 
 
-def read_examples(dataset_dir, split: str = "train") -> list:
-    """Every record of a split as a dict of Python lists, parsed with protobuf (not ingest)."""
-    info = json.load(open(os.path.join(dataset_dir, "dataset_info.json")))
-    comp = "GZIP" if info["compression"] == "gzip" else ""
+def _example_dicts(path, comp: str) -> list:
     out = []
-    for shard in next(s for s in info["splits"] if s["name"] == split)["shards"]:
-        path = os.path.join(dataset_dir, shard["filename"])
-        for raw in tf.data.TFRecordDataset(path, compression_type=comp).as_numpy_iterator():
-            ex = tf.train.Example.FromString(raw)
-            row = {}
-            for k, f in ex.features.feature.items():
-                kind = f.WhichOneof("kind")
-                row[k] = list(getattr(f, kind).value) if kind else []
-            out.append(row)
+    for raw in tf.data.TFRecordDataset(path, compression_type=comp).as_numpy_iterator():
+        ex = tf.train.Example.FromString(raw)
+        out.append(
+            {
+                k: list(getattr(f, f.WhichOneof("kind")).value) if f.WhichOneof("kind") else []
+                for k, f in ex.features.feature.items()
+            }
+        )
     return out
+
+
+def _cut_block(block: dict, features: dict) -> list:
+    """One block's rows, cut by docs/block_format.md alone; missing values as absent keys."""
+    (n,) = block["__rows__"]
+    rows = [{} for _ in range(n)]
+    for name, f in features.items():
+        values, shape = block[name], f["shape"]
+        if shape == []:
+            parts = [[v] for v in values]
+        elif shape[0] is not None:
+            k = shape[0]
+            parts = [values[i * k : (i + 1) * k] for i in range(n)]
+        else:
+            ends = np.cumsum([0, *block[name + "/row_lengths"]])
+            parts = [values[ends[i] : ends[i + 1]] for i in range(n)]
+        missing = set(block.get(name + "/missing", []))
+        for i in range(n):
+            if i not in missing:
+                rows[i][name] = parts[i]
+    return rows
+
+
+def read_examples(dataset_dir, split: str = "train") -> list:
+    """Every row of a split as a dict of Python lists, parsed with protobuf (not ingest).
+
+    Either layout: blocks are cut into their rows by the format spec, checked against the
+    metadata's counts, so tests of the conversion read the default layout the same way.
+    """
+    info = json.load(open(os.path.join(dataset_dir, "dataset_info.json")))
+    shards = next(s for s in info["splits"] if s["name"] == split)["shards"]
+    return [row for shard in shards for row in read_shard(dataset_dir, shard["filename"])]
+
+
+def read_shard(dataset_dir, filename: str) -> list:
+    """The rows of one shard file of a dataset, in file order (see `read_examples`)."""
+    info = json.load(open(os.path.join(dataset_dir, "dataset_info.json")))
+    shard = next(s for split in info["splits"] for s in split["shards"] if s["filename"] == filename)
+    records = _example_dicts(os.path.join(dataset_dir, filename), "GZIP" if info["compression"] == "gzip" else "")
+    if info.get("layout", "rows") == "rows":
+        return records
+    assert len(records) == shard["blocks"] and sum(b["__rows__"][0] for b in records) == shard["records"]
+    features = {f["name"]: f for f in info["features"]}
+    rows = []
+    for block in records:
+        assert block["__rows__"][0] <= info["block_rows"]
+        rows.extend(_cut_block(block, features))
+    return rows
 
 
 def quarantine_lines(dataset_dir) -> list:

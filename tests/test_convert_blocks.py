@@ -6,7 +6,6 @@ import json
 import os
 
 import apache_beam as beam
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -28,36 +27,6 @@ def _blocks(path) -> list:
     return out
 
 
-def _rows_of_blocks(out, split="train") -> list:
-    """Every row of a blocks dataset, cut by the spec alone; missing values as absent keys."""
-    info = json.load(open(os.path.join(out, "dataset_info.json")))
-    features = {f["name"]: f for f in info["features"]}
-    rows, shards = [], next(s for s in info["splits"] if s["name"] == split)["shards"]
-    for shard in shards:
-        blocks = _blocks(os.path.join(out, shard["filename"]))
-        assert len(blocks) == shard["blocks"] and sum(b["__rows__"][0] for b in blocks) == shard["records"]
-        for b in blocks:
-            (n,) = b["__rows__"]
-            assert n <= info["block_rows"]
-            cut = [{} for _ in range(n)]
-            for name, f in features.items():
-                values, shape = b[name], f["shape"]
-                if shape == []:
-                    parts = [[v] for v in values]
-                elif shape[0] is not None:
-                    k = shape[0]
-                    parts = [values[i * k : (i + 1) * k] for i in range(n)]
-                else:
-                    ends = np.cumsum([0, *b[name + "/row_lengths"]])
-                    parts = [values[ends[i] : ends[i + 1]] for i in range(n)]
-                missing = set(b.get(name + "/missing", []))
-                for i in range(n):
-                    if i not in missing:
-                        cut[i][name] = parts[i]
-            rows.extend(cut)
-    return rows
-
-
 def _key(row) -> str:
     return repr(sorted(row.items()))
 
@@ -77,11 +46,11 @@ def test_csv_in_blocks_holds_the_rows_the_rows_layout_holds_in_the_same_splits(t
         "--csv_split_mb",
         "0.01",
     ]
-    run_convert(*args, "--output", tmp / "rows")
+    run_convert(*args, "--output", tmp / "rows", "--layout", "rows")
     info = run_convert(*args, "--output", tmp / "blocks", "--layout", "blocks", "--block_rows", "64")
     assert info.layout == "blocks" and info.block_rows == 64 and info.options["layout"] == "blocks"
     for split in ("train", "eval"):
-        assert sorted(map(_key, _rows_of_blocks(tmp / "blocks", split))) == sorted(
+        assert sorted(map(_key, read_examples(tmp / "blocks", split))) == sorted(
             map(_key, read_examples(tmp / "rows", split))
         )
     assert sum(s.blocks for s in info.split("train").shards) < info.split("train").records / 32
@@ -99,7 +68,7 @@ def test_without_shuffle_blocks_keep_source_order(tmp):
     src = write_text(tmp / "in" / "a.csv", "id\n" + "".join(f"{i}\n" for i in range(1000)))
     run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--layout", "blocks", "--block_rows", "100",
                 "--no_shuffle", "--num_shards", "1")  # fmt: skip
-    assert [r["id"][0] for r in _rows_of_blocks(tmp / "out")] == list(range(1000))
+    assert [r["id"][0] for r in read_examples(tmp / "out")] == list(range(1000))
 
 
 def test_parquet_lists_and_missing_values_in_blocks(tmp):
@@ -111,16 +80,16 @@ def test_parquet_lists_and_missing_values_in_blocks(tmp):
     os.makedirs(tmp / "in")
     pq.write_table(table, tmp / "in" / "a.parquet")
     args = ["--source", "parquet", "--input", tmp / "in" / "a.parquet", "--num_shards", "2"]
-    run_convert(*args, "--output", tmp / "rows")
+    run_convert(*args, "--output", tmp / "rows", "--layout", "rows")
     run_convert(*args, "--output", tmp / "blocks", "--layout", "blocks", "--block_rows", "16")
-    assert sorted(map(_key, _rows_of_blocks(tmp / "blocks"))) == sorted(map(_key, read_examples(tmp / "rows")))
+    assert sorted(map(_key, read_examples(tmp / "blocks"))) == sorted(map(_key, read_examples(tmp / "rows")))
 
 
 def test_write_dataset_writes_blocks(tmp):
     rows = [{"id": i, "name": f"n{i}"} for i in range(300)]
     with TestPipeline() as p:
         _ = p | beam.Create(rows) | WriteDataset(str(tmp / "out"), layout="blocks", block_rows=50, num_shards=2)
-    assert sorted(r["id"][0] for r in _rows_of_blocks(tmp / "out")) == list(range(300))
+    assert sorted(r["id"][0] for r in read_examples(tmp / "out")) == list(range(300))
 
 
 def test_images_and_bad_values_are_refused(tmp):
@@ -139,7 +108,7 @@ def test_make_dataset_reads_a_converted_blocks_dataset_as_it_reads_rows(tmp):
     lines = "".join(f"{i},{'' if i % 7 == 0 else i / 4},w{i % 5},{i % 2}\n" for i in range(2000))
     src = write_text(tmp / "in" / "a.csv", "id,x,word,y\n" + lines)
     args = ["--source", "csv", "--input", src, "--num_shards", "2", "--label", "y", "--no_shuffle"]
-    run_convert(*args, "--output", tmp / "rows")
+    run_convert(*args, "--output", tmp / "rows", "--layout", "rows")
     run_convert(*args, "--output", tmp / "blocks", "--layout", "blocks", "--block_rows", "128")
 
     def rows(out, **kwargs):
@@ -167,7 +136,7 @@ def test_a_dataset_written_with_format_version_1_still_reads(tmp):
     import ingest
 
     src = write_text(tmp / "in" / "a.csv", "id,y\n" + "".join(f"{i},{i % 2}\n" for i in range(300)))
-    run_convert("--source", "csv", "--input", src, "--output", tmp / "ds", "--label", "y")
+    run_convert("--source", "csv", "--input", src, "--output", tmp / "ds", "--label", "y", "--layout", "rows")
     meta_path = tmp / "ds" / "dataset_info.json"
     meta = json.load(open(meta_path))
     meta["format_version"] = 1  # what the previous release wrote: no layout, no block_rows
@@ -186,9 +155,9 @@ def test_a_dataset_written_with_format_version_1_still_reads(tmp):
 def test_blocks_split_by_key_land_in_the_splits_the_rows_layout_gives(tmp):
     src = write_text(tmp / "in" / "a.csv", "user,v\n" + "".join(f"u{i % 50},{i}\n" for i in range(2000)))
     args = ["--source", "csv", "--input", src, "--splits", "train=0.5,eval=0.5", "--split_key", "user"]
-    run_convert(*args, "--output", tmp / "rows")
+    run_convert(*args, "--output", tmp / "rows", "--layout", "rows")
     run_convert(*args, "--output", tmp / "blocks", "--layout", "blocks", "--block_rows", "32")
     for split in ("train", "eval"):
-        assert sorted(map(_key, _rows_of_blocks(tmp / "blocks", split))) == sorted(
+        assert sorted(map(_key, read_examples(tmp / "blocks", split))) == sorted(
             map(_key, read_examples(tmp / "rows", split))
         )

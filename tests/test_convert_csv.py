@@ -14,7 +14,7 @@ import pytest
 
 from beam_jobs.convert import ConversionError
 from ingest import contract
-from tests.conftest import quarantine_lines, read_examples, run_convert, write_text
+from tests.conftest import quarantine_lines, read_examples, read_shard, run_convert, write_text
 
 CSV = (
     "id,age,score,name,city\n"
@@ -278,29 +278,24 @@ def test_shard_names_counts_and_gzip(tmp):
 def test_no_shuffle_keeps_source_order_within_each_shard(tmp):
     src = write_text(tmp / "in" / "a.csv", "a\n" + "".join(f"{i}\n" for i in range(5000)))
     info = run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--num_shards", "3", "--no_shuffle")
-    import tensorflow as tf
 
     seen = []
     for shard in info.split("train").shards:
-        values = [
-            tf.train.Example.FromString(r).features.feature["a"].int64_list.value[0]
-            for r in tf.data.TFRecordDataset(str(tmp / "out" / shard.filename)).as_numpy_iterator()
-        ]
+        values = [r["a"][0] for r in read_shard(tmp / "out", shard.filename)]
         assert values == sorted(values)
         seen += values
     assert sorted(seen) == list(range(5000))
     shuffled = run_convert("--source", "csv", "--input", src, "--output", tmp / "o2", "--num_shards", "3")
-    first = [
-        tf.train.Example.FromString(r).features.feature["a"].int64_list.value[0]
-        for r in tf.data.TFRecordDataset(
-            str(tmp / "o2" / shuffled.split("train").shards[0].filename)
-        ).as_numpy_iterator()
-    ]
+    first = [r["a"][0] for r in read_shard(tmp / "o2", shuffled.split("train").shards[0].filename)]
     assert first != sorted(first)
 
 
 def test_the_commit_shuffles_each_shard_and_keeps_every_record(tmp):
-    """End to end with the default strategy; each strategy is tested directly in test_commit.py."""
+    """End to end with the default strategy; each strategy is tested directly in test_commit.py.
+
+    Row records: the commit shuffles them one by one. (Blocks are shuffled as whole blocks,
+    each cut from one chunk's share of the shard; the runtime mixes their rows.)
+    """
     src = write_text(tmp / "in" / "a.csv", "a\n" + "".join(f"{i}\n" for i in range(5000)))
     info = run_convert(
         "--source",
@@ -315,6 +310,8 @@ def test_the_commit_shuffles_each_shard_and_keeps_every_record(tmp):
         "0.005",
         "--output",
         tmp / "merged",
+        "--layout",
+        "rows",
     )  # a few runs per shard: interleaved
     values = [r["a"][0] for r in read_examples(tmp / "merged")]
     assert sorted(values) == list(range(5000)) and values != sorted(values)
@@ -327,7 +324,7 @@ def test_metadata_records_the_contract(tmp):
     src = write_text(tmp / "in" / "a.csv", "x,y\n1,a\n2,b\n")
     run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--label", "x")
     meta = json.load(open(tmp / "out" / "dataset_info.json"))
-    assert meta["format_version"] == 2 and meta["layout"] == "rows" and meta["compression"] == "none"
+    assert meta["format_version"] == 2 and meta["layout"] == "blocks" and meta["compression"] == "none"
     assert meta["label"] == "x"
     assert meta["features"][1] == {
         "name": "y",

@@ -35,10 +35,10 @@ def test_report_is_a_table_and_plain_words():
 
 @pytest.fixture(scope="module")
 def wide(tmp_path_factory):
-    """300 int features per record: parsing costs far more than reading."""
+    """300 int features per row record: parsing costs far more than reading."""
     rng = np.random.default_rng(0)
     table = pa.table({f"c{i}": rng.integers(0, 100, 6000) for i in range(300)})
-    return convert_table(tmp_path_factory.mktemp("wide"), table, "--num_shards", "4")
+    return convert_table(tmp_path_factory.mktemp("wide"), table, "--num_shards", "4", "--layout", "rows")
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +59,8 @@ def test_pipeline_bound_by_preprocessing_is_named(wide):
     first = ingest.diagnose(wide, step_time_ms=1000, batch_size=64, preprocess=_slow_preprocess)
     caps = {s.stage: s.records_per_sec for s in first.stages}
     # Demand halfway (geometrically) between the sleeping preprocess and parsing.
-    demand = (caps["preprocess"] * caps["parse"]) ** 0.5
-    assert caps["preprocess"] * 2 < caps["parse"]
+    demand = (caps["preprocess"] * min(caps["parse"], caps["shuffle"])) ** 0.5
+    assert caps["preprocess"] * 2 < min(caps["parse"], caps["shuffle"])
     d = ingest.diagnose(wide, step_time_ms=64 * 1000 / demand, batch_size=64, preprocess=_slow_preprocess)
     assert d.bottleneck == "preprocess"
 
@@ -77,6 +77,17 @@ def test_pipeline_bound_by_reading_is_named(heavy):
     d = ingest.diagnose(heavy, step_time_ms=16 * 1000 / (3 * caps["read"]), batch_size=16)
     assert d.bottleneck == "read" and "I/O-bound" in d.advice
     assert d.cache_keeps_up in (True, False)
+
+
+def test_blocks_are_measured_in_rows_through_read_parse_and_shuffle(tmp_path):
+    rng = np.random.default_rng(2)
+    table = pa.table({f"c{i}": rng.integers(0, 100, 20_000) for i in range(20)})
+    path = convert_table(tmp_path, table, "--num_shards", "2", "--block_rows", "256")
+    d = ingest.diagnose(path, step_time_ms=10_000, batch_size=64)
+    caps = {s.stage: s.records_per_sec for s in d.stages}
+    assert list(caps) == ["read", "parse", "shuffle", "warm cache"] and d.bottleneck is None
+    # Counted in blocks, the read would be 256x slower than the parse it feeds.
+    assert caps["read"] > caps["parse"]
 
 
 def test_ample_headroom_is_not_input_bound(wide):

@@ -156,12 +156,15 @@ def test_server_going_away_mid_read_fails_in_bounded_time(gcs, tmp_path):
     blob = "z" * 2000
     local = tmp_path / "big.csv"
     local.write_text("id,blob\n" + "".join(f"{i},{blob}\n" for i in range(12000)))
-    run_convert("--source", "csv", "--input", local, "--output", "gs://bkt/big", "--num_shards", "2")
+    run_convert(
+        "--source", "csv", "--input", local, "--output", "gs://bkt/big", "--num_shards", "2", "--block_rows", "64"
+    )  # fmt: skip
     ds = ingest.make_dataset(
         "gs://bkt/big",
         batch_size=16,
         shuffle=False,
-        options=ingest.PipelineOptions(read_buffer_bytes=65536, prefetch=1),
+        # One 64-row block per window, so the read streams (the default window would read it all at once).
+        options=ingest.ReadOptions(read_buffer_bytes=65536, prefetch=1, block_window=1),
     )
     outcome = {}
 

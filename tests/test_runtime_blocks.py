@@ -227,6 +227,11 @@ def test_rows_of_a_batch_scatter_in_the_next_epoch(both, monkeypatch):
     assert unpermuted > 0.3 and blocks < unpermuted / 5
 
 
+def _block_dict(serialized: bytes) -> dict:
+    ex = tf.train.Example.FromString(serialized)
+    return {k: list(getattr(f, f.WhichOneof("kind")).value) for k, f in ex.features.feature.items()}
+
+
 def _shard_path(root, index=1):
     info = ingest.load_info(root)
     return os.path.join(root, info.split("train").shards[index].filename)
@@ -298,6 +303,57 @@ def test_cached_blocks_reshuffle_every_epoch(both, tmp_path, cache):
     assert all(sorted(e) == list(range(4000)) for e in epochs) and epochs[0] != epochs[1] != epochs[2]
 
 
+def _batches_of(ids: list, batch_size: int) -> list:
+    ids = np.array(ids)
+    return [ids[i : i + batch_size] for i in range(0, len(ids), batch_size)]
+
+
+def test_blocks_cached_in_memory_are_a_global_shuffle_each_epoch(both):
+    # Windows of one block from a one-block buffer: streaming, rows barely leave their block.
+    narrow = ingest.ReadOptions(block_window=1, block_shuffle_buffer=1)
+    ideal = mixing.ideal_reshare(4000, 64)
+
+    def reshare(**kwargs):
+        ds = ingest.make_dataset(both[1], batch_size=64, seed=6, options=narrow, **kwargs)
+        first, second = (_batches_of(_ids(ds), 64) for _ in range(2))
+        return mixing.reshare_fraction(first, second)
+
+    assert reshare() > 5 * ideal
+    # Cached as columns, each epoch permutes every row: the window does not matter.
+    assert reshare(cache="memory") < 1.5 * ideal
+
+
+def test_cached_columns_hold_the_values_the_stream_delivers(both):
+    def by_id(**kwargs):
+        rows = {}
+        for x, y in _batches(ingest.make_dataset(both[1], batch_size=100, seed=3, pad_lengths={"tags": 3}, **kwargs)):
+            for k, i in enumerate(x["id"]):
+                rows[i] = ({name: v[k] for name, v in x.items()}, y[k])
+        return rows
+
+    streamed = by_id()
+    assert len(streamed) == 4000 and by_id(cache="memory") == streamed
+    batches = _batches(ingest.make_dataset(both[1], batch_size=64, cache="memory", shuffle=False, num_epochs=2))
+    ids = [i for x, _ in batches for i in x["id"]]
+    assert ids == list(range(4000)) * 2  # without shuffle: file order, batches across the epoch boundary
+    assert [len(x["id"]) for x, _ in batches] == [64] * 125
+
+
+def test_auto_cache_counts_the_parsed_columns_against_the_budget(both):
+    from ingest import _dataset, _read, _request
+
+    def target(budget):
+        req = _request.build(
+            both[1], cache="auto", batch_size=64, options=ingest.ReadOptions(cache_budget_bytes=budget)
+        )
+        return _dataset._cache_target(req, _read.shard_plan(req))
+
+    serialized = ingest.load_info(both[1]).split("train").bytes
+    assert target(1 << 30) == "memory"
+    # Twice the serialized bytes would do for serialized blocks; the parsed columns need more.
+    assert target(2 * serialized + 1) is None
+
+
 @pytest.mark.parametrize("symbolic", [False, True])
 def test_checkpoint_restores_blocks_mid_epoch_to_the_next_batch(both, tmp_path, symbolic):
     def make():
@@ -316,11 +372,11 @@ def test_checkpoint_restores_blocks_mid_epoch_to_the_next_batch(both, tmp_path, 
     assert rest == full[15 * 50 :]
 
 
-def test_read_records_and_diagnose_refuse_blocks_naming_the_layout(both):
-    with pytest.raises(ValueError, match=r"read_records .*rows layout only.*'blocks' layout"):
-        read_records(both[1])
-    with pytest.raises(ValueError, match=r"ingest.diagnose.*'blocks' layout"):
-        ingest.diagnose(both[1], step_time_ms=10, batch_size=64)
+def test_read_records_yields_the_blocks_as_stored(both):
+    blocks = [r.numpy() for r in read_records(both[1])]
+    held = [b["__rows__"][0] for b in map(_block_dict, blocks)]
+    assert len(blocks) == sum(s.blocks for s in ingest.load_info(both[1]).split("train").shards)
+    assert sum(held) == 4000 and max(held) == K
 
 
 @pytest.mark.parametrize("mode", ["distributed_epoch", "parallel_epochs"])

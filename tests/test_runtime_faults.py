@@ -24,12 +24,15 @@ N = 1000
 SHARDS = 8
 
 
-@pytest.fixture(scope="module")
-def source(tmp_path_factory):
-    """N rows with a unique id, in SHARDS shards."""
+@pytest.fixture(scope="module", params=["rows", "blocks"])
+def source(tmp_path_factory, request):
+    """N rows with a unique id, in SHARDS shards, in each layout (blocks of 16 rows: ~8 per shard)."""
     root = tmp_path_factory.mktemp("faults")
     src = write_text(root / "in" / "a.csv", "id,x\n" + "".join(f"{i},{i / 4}\n" for i in range(N)))
-    run_convert("--source", "csv", "--input", src, "--output", root / "ds", "--num_shards", SHARDS)
+    run_convert(
+        "--source", "csv", "--input", src, "--output", root / "ds", "--num_shards", SHARDS,
+        "--layout", request.param, "--block_rows", 16,
+    )  # fmt: skip
     return str(root / "ds")
 
 
@@ -41,9 +44,16 @@ def copy(source, tmp_path):
 
 
 def _shard(path, index=2):
-    """(file path, records) of one shard of the train split."""
+    """(file path, rows) of one shard of the train split."""
     shard = ingest.load_info(path).split("train").shards[index]
     return os.path.join(path, shard.filename), shard.records
+
+
+def _counted(path, index=2) -> str:
+    """How the read stage counts a shard while reading: "8 blocks" or "125 records"."""
+    info = ingest.load_info(path)
+    shard = info.split("train").shards[index]
+    return f"{shard.blocks} blocks" if info.layout == "blocks" else f"{shard.records} records"
 
 
 def _finishes(fn, seconds=120):
@@ -87,10 +97,10 @@ def test_missing_shard_is_refused_when_building_naming_the_file(copy):
 
 @pytest.mark.parametrize("symbolic", [False, True])
 def test_shard_deleted_after_building_is_an_error_naming_it(copy, symbolic):
-    victim, records = _shard(copy)
+    victim, _ = _shard(copy)
     ds = ingest.make_dataset(copy, batch_size=64, options=ingest.ReadOptions(symbolic_checkpoint=symbolic))
     os.remove(victim)
-    with pytest.raises(tf.errors.OpError, match=rf"shard {re.escape(victim)} is missing.*{records} records"):
+    with pytest.raises(tf.errors.OpError, match=rf"shard {re.escape(victim)} is missing.*{_counted(copy)}"):
         _finishes(lambda: _ids(ds))
 
 
@@ -117,10 +127,12 @@ def test_missing_shard_on_gcs_is_named_when_building_and_when_reading(source, tm
         with pytest.MonkeyPatch.context() as patch:
             for k, v in emulator.env().items():
                 patch.setenv(k, v)
-            bucket = emulator.client().create_bucket("bkt")
-            for name in os.listdir(source):
-                bucket.blob(f"d[1]/{name}").upload_from_filename(os.path.join(source, name))
-            path = "gs://bkt/d[1]"  # glob characters: the in-graph lookup must not treat them as a pattern
+            # A bucket per layout: TensorFlow's GCS client caches object sizes per path, process-wide.
+            name = f"bkt-{ingest.load_info(source).layout}"
+            bucket = emulator.client().create_bucket(name)
+            for f in os.listdir(source):
+                bucket.blob(f"d[1]/{f}").upload_from_filename(os.path.join(source, f))
+            path = f"gs://{name}/d[1]"  # glob characters: the in-graph lookup must not treat them as a pattern
             info = ingest.load_info(path)
             first, second = (info.split("train").shards[i] for i in (1, 2))
             ds = ingest.make_dataset(path, batch_size=64)
@@ -150,7 +162,8 @@ def test_read_records_refuses_a_missing_shard(copy):
 
 @pytest.mark.parametrize("skip_corrupt, symbolic", [(False, False), (True, False), (False, True)])
 def test_shard_with_more_records_than_its_metadata_is_an_error_naming_it(copy, skip_corrupt, symbolic):
-    victim, records = _shard(copy)
+    victim, _ = _shard(copy)
+    count, unit = _counted(copy).split()
     with open(victim, "rb") as f:
         frames = f.read()
     with open(victim, "ab") as f:  # the shard's own records again: valid frames, twice as many
@@ -165,8 +178,8 @@ def test_shard_with_more_records_than_its_metadata_is_an_error_naming_it(copy, s
     seen = []
     with pytest.raises(
         tf.errors.OpError,
-        match=rf"shard {re.escape(victim)} holds more records than its "
-        rf"metadata says.*{records}.*metadata and the shard disagree",
+        match=rf"shard {re.escape(victim)} holds more {unit} than its "
+        rf"metadata says.*{count}.*metadata and the shard disagree",
     ):
         _finishes(lambda: _ids(ds, seen))
     assert len(seen) == len(set(seen))  # none of the extra copies was delivered
