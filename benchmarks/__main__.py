@@ -18,7 +18,10 @@ def main(argv=None) -> int:
     print(suite.table(results))
     print()
     print(suite.verdicts(results))
-    print(f"\nresults: {args.out}/results.json, plots: {args.out}/idle_by_scenario.png, {args.out}/wait_timeline.png")
+    print(
+        f"\nresults: {args.out}/results.json, plots: {args.out}/idle_by_scenario.png, {args.out}/wait_timeline.png, "
+        f"{args.out}/layouts_sweep.png"
+    )
     return 0
 
 

@@ -7,7 +7,8 @@
 2. The whole job against a naive converter. Naive: csv.DictReader and one
    tf.train.Example per row, written with TFRecordWriter, as a tutorial would. The job:
    `beam_jobs.convert` on the in-process DirectRunner, timed from launch to metadata
-   (inference pass, encoding, sharding, commit), from CSV and from the same rows as Parquet.
+   (inference pass, encoding, sharding, commit), from CSV and from the same rows as
+   Parquet, in the default blocks layout and in the rows layout.
 3. One large CSV (--mp_gb) on the multi-process DirectRunner: 2 worker processes against 1.
 4. Peak RSS of the job, in a child process per corpus size.
 
@@ -209,11 +210,17 @@ def main(argv=None) -> int:
     os.makedirs(tmp, exist_ok=True)
     results = {"encoder": encoder_rates(pq_path, runs=args.runs)}
 
-    rates = {"naive": [], "job_csv": [], "job_parquet": []}
+    jobs = {  # the default layout (blocks), and rows for TFX-style readers
+        "job_csv": ("csv", csv_path),
+        "job_parquet": ("parquet", pq_path),
+        "job_csv --layout rows": ("csv", csv_path, "--layout", "rows"),
+        "job_parquet --layout rows": ("parquet", pq_path, "--layout", "rows"),
+    }
+    rates = {"naive": [], **{name: [] for name in jobs}}
     for _ in range(args.runs):
         rates["naive"].append(_timed(naive_convert, csv_path, os.path.join(tmp, "naive.tfrecord")))
-        rates["job_csv"].append(_timed(job_convert, "csv", csv_path, os.path.join(tmp, "job-csv")))
-        rates["job_parquet"].append(_timed(job_convert, "parquet", pq_path, os.path.join(tmp, "job-parquet")))
+        for name, (source, path, *extra) in jobs.items():
+            rates[name].append(_timed(job_convert, source, path, os.path.join(tmp, "job"), *extra))
     med = {k: statistics.median(v) for k, v in rates.items()}
     results["job"] = [
         {"converter": k, "rows_per_sec": v, "vs_naive": v / med["naive"], "runs": len(rates[k])} for k, v in med.items()

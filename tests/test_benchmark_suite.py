@@ -22,6 +22,11 @@ def test_quick_suite_writes_results_table_and_plots(tmp_path):
     assert ("cache", "best_practice") in pairs and ("cache", "make_dataset cache=None") in pairs
     assert {("images", name) for name in ("naive", "hand_written", "make_dataset")} <= pairs
     assert "formats: make_dataset" in suite.verdicts(results)
+    sweeps = {r["pipeline"]: r for r in results if r["scenario"] == "layouts"}
+    assert set(sweeps) == {"make_dataset, rows", "make_dataset, blocks"}
+    for r in sweeps.values():  # steps from long to short, stopping at the first over 1% idle
+        steps = [s for s, _ in r["sweep"]]
+        assert steps == sorted(steps, reverse=True) and all(i <= suite.IDLE_TARGET for _, i in r["sweep"][:-1])
     from benchmarks import slowfs
 
     slow = [r for r in results if r["scenario"] == "slow_storage"]
@@ -39,11 +44,11 @@ def test_quick_suite_writes_results_table_and_plots(tmp_path):
     else:
         assert slow == [{"scenario": "slow_storage", "pipeline": "unavailable", "reason": slowfs.unavailable_reason()}]
     for r in results:
-        if r["pipeline"] == "unavailable":
+        if r["pipeline"] == "unavailable" or "sweep" in r:
             continue
         assert {"scenario", "pipeline", "idle_fraction", "examples_per_sec", "step_time_ms", "steps"} <= set(r)
         assert 0 <= r["idle_fraction"] <= 1 and r["steps"] > 0 and r["examples_per_sec"] > 0
-    for png in ("idle_by_scenario.png", "wait_timeline.png"):
+    for png in ("idle_by_scenario.png", "wait_timeline.png", "layouts_sweep.png"):
         with open(tmp_path / "out" / png, "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     assert "| formats | make_dataset |" in suite.table(results)
@@ -62,6 +67,12 @@ def test_quick_conversion_benchmark_reports_every_comparison(tmp_path):
         "protobuf object per row (first batch)",
     ]
     assert all(r["bytes_per_row"] > 300 for r in results["encoder"])  # the same records, whichever encoder
-    assert [r["converter"] for r in results["job"]] == ["naive", "job_csv", "job_parquet"]
+    assert [r["converter"] for r in results["job"]] == [
+        "naive",
+        "job_csv",
+        "job_parquet",
+        "job_csv --layout rows",
+        "job_parquet --layout rows",
+    ]
     assert [r["workers"] for r in results["multiprocess"]] == [1, 2]
     assert [r["rows"] for r in results["rss"]] == [20000, 100000]
