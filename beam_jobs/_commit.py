@@ -34,6 +34,7 @@ __all__ = [
     "permute_in_memory",
     "bucket_on_disk",
     "write_shard",
+    "read_exactly",
 ]
 
 _RAW = CompressionTypes.UNCOMPRESSED
@@ -117,7 +118,7 @@ def interleave_runs(fragments: list, out, rng, budget: Budget) -> int:
             for r, (a, b) in zip(picked, spans):  # frames of each run, in run order
                 src = files[runs[r][0]]
                 src.seek(runs[r][1] + a)
-                _read_into(src, memoryview(buf)[at : at + b - a], fragments[runs[r][0]].path)
+                read_exactly(src, memoryview(buf)[at : at + b - a], fragments[runs[r][0]].path)
                 at += b - a
             lengths = np.concatenate([runs[r][2][taken[r] : taken[r] + counts[r]] for r in picked])
             taken[picked] += counts[picked]
@@ -173,7 +174,7 @@ def _pieces(fragments: list, read_bytes: int):
                 start = int(ends[first - 1]) if first else 0
                 last = max(first + 1, int(np.searchsorted(ends, start + read_bytes, side="right")))
                 data = np.empty(int(ends[last - 1]) - start, np.uint8)
-                _read_into(src, memoryview(data), f.path)
+                read_exactly(src, memoryview(data), f.path)
                 yield frames_array(data, offsets_of(lengths[first:last]))
                 first = last
 
@@ -185,7 +186,7 @@ def _loaded(fragments: list) -> pa.Array:
     for f in fragments:
         lengths.append(read_index(f))
         with FileSystems.open(f.path, compression_type=_RAW) as src:
-            _read_into(src, memoryview(buf)[at : at + f.bytes], f.path)
+            read_exactly(src, memoryview(buf)[at : at + f.bytes], f.path)
         at += f.bytes
     lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
     return frames_array(buf, offsets_of(lengths))
@@ -201,7 +202,7 @@ def _write_permuted(frames: pa.Array, out, rng, budget: Budget) -> None:
         out.write(frames_data(frames.take(perm[start : start + step]))[0])
 
 
-def _read_into(src, view: memoryview, path: str) -> None:
+def read_exactly(src, view: memoryview, path: str) -> None:
     got = 0
     while got < len(view) and (n := src.readinto(view[got:])):
         got += n

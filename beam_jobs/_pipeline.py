@@ -5,12 +5,14 @@ is the job's source adapter (`beam_jobs.adapters`), what happens to one chunk is
       -> [SplitCsv]       (index, path, CsvRange | None): large CSV files as byte ranges
       -> [CountTypes]     {column: TypeCounts} per chunk -> one dict (side input), CSV only
       -> ConvertFiles     per chunk: type, quarantine, encode, route to split and shard,
-                          append to per-bundle fragment files
+                          append to per-bundle fragment files (blocks layout: the
+                          rows' columns, as Arrow IPC)
                           outputs: Fragment, {"path", "records"} of quarantine files,
                           ConversionStats
       -> GroupFragments   ((split, shard), [Fragment])      small descriptors only
       -> CommitShards     {"split", "shard", "path", "records", "bytes"}: one TFRecord
-                          per (split, shard), shuffled within the shard (`_commit`)
+                          per (split, shard), shuffled within the shard (`_commit`;
+                          blocks layout: rows shuffled, then cut into blocks, `_commit_blocks`)
       -> Finalize         checks, moves shards into place, writes the metadata last
 
 Records never pass through a GroupByKey: on the DirectRunner that would hold the whole
@@ -26,7 +28,6 @@ import uuid
 
 import apache_beam as beam
 import numpy as np
-import pyarrow as pa
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
@@ -36,7 +37,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_jobs import _chunk, _commit, _fragments
 from beam_jobs._background import BackgroundWriter, prefetched
-from beam_jobs._block_encoder import encode_blocks
+from beam_jobs._commit_blocks import run_bytes, write_block_shard
 from beam_jobs._config import JobConfig
 from beam_jobs._example_encoder import encode_batch
 from beam_jobs._finalize import finalize_dataset
@@ -127,10 +128,10 @@ class _ConvertFiles(beam.DoFn):
             hashes = _chunk.key_hashes(next(arr for name, _, arr in done.cols if name == cfg.split_key))
         added: dict = {}
         if cfg.layout == "blocks":
+            # Columns, not blocks: the commit shuffles rows first, then cuts blocks (_commit_blocks).
             for split, shard, rows in _chunk.route(hashes, routing, where, position):
-                cols = [(name, dtype, arr.take(pa.array(rows))) for name, dtype, arr in done.cols]
-                data, offsets, _, _ = encode_blocks(cols, len(rows), cfg.block_rows)
-                self._fragments.append(split, shard, where, data, np.diff(offsets), rows=len(rows))
+                data = run_bytes(done.cols, rows)
+                self._fragments.append(split, shard, where, data, [len(data)], rows=len(rows))
                 added[split] = added.get(split, 0) + len(rows)
         else:
             for split, shard, data, lengths in _chunk.routed(
@@ -198,7 +199,10 @@ class _CommitShard(beam.DoFn):
         rng = np.random.default_rng([cfg.seed, split, shard]) if cfg.shuffle else None
         fragments = list(fragments)
         with BackgroundWriter(FileSystems.create(path, compression_type=compression)) as out:
-            frames = _commit.write_shard(fragments, out, rng=rng, budget=self._budget)
+            if cfg.layout == "blocks":
+                frames = write_block_shard(fragments, out, rng=rng, block_rows=cfg.block_rows, budget=self._budget)
+            else:
+                frames = _commit.write_shard(fragments, out, rng=rng, budget=self._budget)
         size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
         rows = sum(f.rows for f in fragments)
         blocks = frames if cfg.layout == "blocks" else None

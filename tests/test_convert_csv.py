@@ -290,12 +290,10 @@ def test_no_shuffle_keeps_source_order_within_each_shard(tmp):
     assert first != sorted(first)
 
 
-def test_the_commit_shuffles_each_shard_and_keeps_every_record(tmp):
-    """End to end with the default strategy; each strategy is tested directly in test_commit.py.
-
-    Row records: the commit shuffles them one by one. (Blocks are shuffled as whole blocks,
-    each cut from one chunk's share of the shard; the runtime mixes their rows.)
-    """
+@pytest.mark.parametrize("layout", ["rows", "blocks"])
+def test_the_commit_shuffles_each_shard_and_keeps_every_record(tmp, layout):
+    """End to end with the default strategy; each strategy is tested directly in
+    test_commit.py and test_commit_blocks.py. Both layouts shuffle row by row."""
     src = write_text(tmp / "in" / "a.csv", "a\n" + "".join(f"{i}\n" for i in range(5000)))
     info = run_convert(
         "--source",
@@ -311,7 +309,9 @@ def test_the_commit_shuffles_each_shard_and_keeps_every_record(tmp):
         "--output",
         tmp / "merged",
         "--layout",
-        "rows",
+        layout,
+        "--block_rows",
+        "100",
     )  # a few runs per shard: interleaved
     values = [r["a"][0] for r in read_examples(tmp / "merged")]
     assert sorted(values) == list(range(5000)) and values != sorted(values)

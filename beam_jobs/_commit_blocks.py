@@ -1,0 +1,160 @@
+"""Writing one shard of the blocks layout: its rows shuffled one by one, then cut into blocks.
+
+A block holds K consecutive rows of the shard's final order (docs/block_format.md), so
+rows must be shuffled before they are grouped: blocks cut earlier, chunk by chunk, would
+keep each block's rows from one stretch of the input however the blocks were shuffled
+after. Fragments of this layout therefore hold columns, not records: each chunk's share
+of the shard as one Arrow IPC stream (a "frame" of the fragment index), its feature
+dtypes in the field metadata. The commit shuffles their rows with the strategies of
+`_commit`, restated for tables (in memory when the shard fits the budget, else through
+random buckets on local disk), and encodes full blocks as rows arrive: only the shard's
+last block is short.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+import pyarrow as pa
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from beam_jobs._block_encoder import encode_blocks
+from beam_jobs._commit import Budget, read_exactly
+from beam_jobs._fragments import read_index
+
+__all__ = ["run_bytes", "write_block_shard"]
+
+_RAW = CompressionTypes.UNCOMPRESSED
+_DTYPE_KEY = b"ingest.dtype"
+_ROWS_PER_ENCODE = 64  # blocks encoded per call: bounds the encoder's working memory
+
+
+def run_bytes(columns, rows) -> bytes:
+    """One chunk's rows of a shard (`rows`: their indices in `columns`) as an Arrow IPC stream."""
+    take = pa.array(rows)
+    fields = [pa.field(name, arr.type, metadata={_DTYPE_KEY: dtype.encode()}) for name, dtype, arr in columns]
+    return _ipc(pa.Table.from_arrays([arr.take(take) for _, _, arr in columns], schema=pa.schema(fields)))
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _tables(data, lengths):
+    """The tables of IPC streams laid end to end in `data`, `lengths` bytes each."""
+    at = 0
+    for n in lengths:
+        yield pa.ipc.open_stream(pa.py_buffer(data[at : at + int(n)])).read_all()
+        at += int(n)
+
+
+def _columns(table: pa.Table) -> list:
+    return [
+        (f.name, f.metadata[_DTYPE_KEY].decode(), table.column(i).combine_chunks()) for i, f in enumerate(table.schema)
+    ]
+
+
+def _runs(fragment):
+    """Yields the fragment's runs as tables, in the order they were written."""
+    lengths = read_index(fragment)
+    with FileSystems.open(fragment.path, compression_type=_RAW) as src:
+        for n in lengths:
+            buf = np.empty(int(n), np.uint8)
+            read_exactly(src, memoryview(buf), fragment.path)
+            yield from _tables(buf, [n])
+
+
+def _concat(tables: list) -> pa.Table:
+    # A column that is all null in one chunk has Arrow type null there; promote it.
+    return pa.concat_tables(tables, promote_options="permissive")
+
+
+class _BlockSink:
+    """Encodes rows into framed blocks of `block_rows` as they come; writes them to `out`."""
+
+    def __init__(self, out, block_rows: int):
+        self._out, self._k = out, block_rows
+        self._carry: list = []
+        self._carried = 0
+        self.blocks = self.rows = 0
+
+    def add(self, table: pa.Table) -> None:
+        self._carry.append(table)
+        self._carried += table.num_rows
+        if self._carried >= self._k * _ROWS_PER_ENCODE:
+            self._flush(final=False)
+
+    def close(self) -> None:
+        self._flush(final=True)
+
+    def _flush(self, *, final: bool) -> None:
+        if not self._carried:
+            return
+        table = _concat(self._carry)
+        full = table.num_rows if final else table.num_rows // self._k * self._k
+        for start in range(0, full, self._k * _ROWS_PER_ENCODE):
+            part = table.slice(start, min(self._k * _ROWS_PER_ENCODE, full - start))
+            data, _, _, sizes = encode_blocks(_columns(part), part.num_rows, self._k)
+            self._out.write(memoryview(data))
+            self.blocks += len(sizes)
+            self.rows += part.num_rows
+        rest = table.slice(full)
+        self._carry, self._carried = ([rest], rest.num_rows) if rest.num_rows else ([], 0)
+
+
+def write_block_shard(fragments: list, out, *, rng, block_rows: int, budget: Budget = Budget()) -> int:
+    """Writes the fragments' rows to `out` as blocks, shuffled row by row when `rng` is
+    given (else in source order); returns the number of blocks."""
+    fragments = sorted(fragments, key=lambda f: (tuple(f.order), f.path))
+    sink = _BlockSink(out, block_rows)
+    if rng is None:
+        for f in fragments:
+            for table in _runs(f):
+                sink.add(table)
+    elif sum(f.bytes for f in fragments) <= budget.in_memory_bytes:
+        tables = [t for f in fragments for t in _runs(f)]
+        if tables:
+            whole = _concat(tables)
+            sink.add(whole.take(rng.permutation(whole.num_rows)))
+    else:
+        _through_buckets(fragments, sink, rng, budget)
+    sink.close()
+    return sink.blocks
+
+
+def _through_buckets(fragments: list, sink: _BlockSink, rng, budget: Budget) -> None:
+    """A random bucket per row, then each bucket permuted: a uniform shuffle in bounded memory.
+
+    A bucket file holds IPC streams end to end (chunks may differ in their Arrow types,
+    e.g. an all-null column), with their lengths kept aside, as fragments do.
+    """
+    buckets = max(1, -(-sum(f.bytes for f in fragments) // budget.bucket_bytes))
+    with tempfile.TemporaryDirectory(prefix="ingest-commit-") as tmp:
+        files = [open(os.path.join(tmp, f"b{i}"), "w+b") for i in range(buckets)]
+        lengths: list = [[] for _ in range(buckets)]
+        try:
+            for f in fragments:
+                for table in _runs(f):
+                    bucket_of = rng.integers(0, buckets, size=table.num_rows)
+                    grouped = table.take(np.argsort(bucket_of, kind="stable"))
+                    ends = np.cumsum(np.bincount(bucket_of, minlength=buckets))
+                    for b in np.flatnonzero(np.diff(np.concatenate([[0], ends]))):
+                        start = int(ends[b - 1]) if b else 0
+                        data = _ipc(grouped.slice(start, int(ends[b]) - start))
+                        files[b].write(data)
+                        lengths[b].append(len(data))
+            for b, file in enumerate(files):
+                if not lengths[b]:
+                    continue
+                file.seek(0)
+                table = _concat(list(_tables(file.read(), lengths[b])))
+                sink.add(table.take(rng.permutation(table.num_rows)))
+        finally:
+            for file in files:
+                file.close()
