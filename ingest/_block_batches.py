@@ -40,13 +40,16 @@ def _window_seed(seed: int, index, serialized) -> tf.Tensor:
 def _window_parser(req: Request):
     features = _parse.selected_features(req)
     padded = _parse.padder(req)
+    split_label = _parse.label_splitter(req) or (lambda rows: rows)
     seed = req.seed
 
     def parse(index, serialized):
         rows = parse_blocks(serialized, features)
         if req.shuffle:
             rows = permute_rows(rows, None if seed is None else _window_seed(seed, index, serialized))
-        return padded(rows)
+        # The label is split off per window, not per batch: one map fewer per batch (rebatch
+        # cuts tuples as it cuts dicts).
+        return split_label(padded(rows))
 
     return parse
 
@@ -77,5 +80,4 @@ def block_batches(ds: tf.data.Dataset, req: Request, plan: _tuning.FileShards) -
         ds = ds.unbatch().batch(req.batch_size, drop_remainder=req.drop_remainder)
     else:
         ds = ds.rebatch(req.batch_size, drop_remainder=req.drop_remainder)
-    split_label = _parse.label_splitter(req)
-    return ds.map(split_label) if split_label is not None else ds
+    return ds

@@ -79,9 +79,10 @@ def cached_column_batches(ds: tf.data.Dataset, req: Request, plan: _tuning.FileS
         )
 
     ds = tf.data.Dataset.zip((columns, keys)).flat_map(epoch_windows)
+    padded, split_label = _parse.padder(req), _parse.label_splitter(req) or (lambda rows: rows)
     ds = ds.map(
-        _parse.padder(req), num_parallel_calls=req.options.num_parallel_calls or tf.data.AUTOTUNE, deterministic=True
+        lambda rows: split_label(padded(rows)),
+        num_parallel_calls=req.options.num_parallel_calls or tf.data.AUTOTUNE,
+        deterministic=True,
     )
-    ds = ds.rebatch(req.batch_size, drop_remainder=req.drop_remainder)
-    split_label = _parse.label_splitter(req)
-    return ds.map(split_label) if split_label is not None else ds
+    return ds.rebatch(req.batch_size, drop_remainder=req.drop_remainder)

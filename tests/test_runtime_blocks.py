@@ -333,7 +333,7 @@ def test_cached_columns_hold_the_values_the_stream_delivers(both):
 
     streamed = by_id()
     assert len(streamed) == 4000 and by_id(cache="memory") == streamed
-    batches = _batches(ingest.make_dataset(both[1], batch_size=64, cache="memory", shuffle=False, num_epochs=2))
+    batches = _batches(ingest.make_dataset(both[1], batch_size=64, cache="memory", num_epochs=2, **_IN_ORDER))
     ids = [i for x, _ in batches for i in x["id"]]
     assert ids == list(range(4000)) * 2  # without shuffle: file order, batches across the epoch boundary
     assert [len(x["id"]) for x, _ in batches] == [64] * 125
