@@ -46,7 +46,7 @@ class ReadOptions:
         windows, which decides which blocks share a window each epoch. Auto: 16 MB of
         blocks (the rows layout's record-buffer budget, holding ~4x the rows), at least
         one window, capped at the split. Measured (benchmarks.mixing, 500k rows): batch-
-        mates share a batch again next epoch at 0.059%, rows layout 0.072%, ideal 0.051%;
+        mates share a batch again next epoch at 0.056%, rows layout 0.072%, ideal 0.051%;
         a one-window buffer scored 0.090%.
     read_buffer_bytes: TFRecordDataset read buffer per shard. Auto: 1 MB local,
         8 MB on object storage (fewer, larger ranged reads).

@@ -99,7 +99,7 @@ def block_shuffle_buffer(window: int, blocks: int, avg_block_bytes: float, *, re
     window's rows come from. The same byte budget as the rows layout's record buffer holds
     ~4x the rows here (blocks are ~4x denser), and measured on the 500k-row benchmark
     corpus (benchmarks.mixing) it mixes better: batch-mates re-share a batch next epoch
-    at 0.060-0.065% against 0.072% for the rows layout (ideal 0.051%); a buffer of one
+    at 0.056% against 0.072% for the rows layout (ideal 0.051%); a buffer of one
     window (64 blocks) scored 0.090%.
     """
     if requested is not None:
