@@ -117,15 +117,17 @@ class _ConvertFiles(beam.DoFn):
         if not good:
             return
         self._stats.add_features(done.cols, good)
-        # Row records also hash the content for the split (the same split in both layouts);
-        # blocks split by a key need none.
+        # The split comes from a hash of the row record's bytes (the same split in both
+        # layouts) or of the --split_key value. Blocks encode row records only for that
+        # hash: not at all with one split or a key.
         buf = frame_offsets = None
-        if cfg.layout == "rows" or cfg.split_key is None:
+        hashed = cfg.split_key is None and len(cfg.splits) > 1
+        if cfg.layout == "rows" or hashed:
             buf, frame_offsets, crcs = encode_batch(done.cols, good, framed=True)
-        if cfg.split_key is None:
-            hashes = crcs
-        else:
+        if cfg.split_key is not None:
             hashes = _chunk.key_hashes(next(arr for name, _, arr in done.cols if name == cfg.split_key))
+        else:
+            hashes = crcs if hashed or cfg.layout == "rows" else np.zeros(good, np.uint32)
         added: dict = {}
         if cfg.layout == "blocks":
             # Columns, not blocks: the commit shuffles rows first, then cuts blocks (_commit_blocks).

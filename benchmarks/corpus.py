@@ -95,7 +95,14 @@ def ensure_parquet(workdir: str, rows: int) -> str:
 
 
 def ensure_dataset(
-    workdir: str, rows: int, shards: int, *, layout: str = "rows", shuffle: bool = True, indexed: bool = False
+    workdir: str,
+    rows: int,
+    shards: int,
+    *,
+    layout: str = "rows",
+    shuffle: bool = True,
+    indexed: bool = False,
+    block_rows: int = 1024,
 ) -> str:
     """The CSV converted (label `label`, `shards` shards, `layout`), converted on first use.
 
@@ -104,6 +111,8 @@ def ensure_dataset(
     from beam_jobs import convert
 
     name = f"ds-{rows}-{shards}-{layout}" + ("" if shuffle else "-noshuffle") + ("-indexed" if indexed else "")
+    if layout == "blocks" and block_rows != 1024:
+        name += f"-k{block_rows}"
     dataset = os.path.join(workdir, name)
     if not os.path.exists(os.path.join(dataset, "dataset_info.json")):
         convert.run(
@@ -120,6 +129,8 @@ def ensure_dataset(
                 str(shards),
                 "--layout",
                 layout,
+                "--block_rows",
+                str(block_rows),
                 "--overwrite",
                 *([] if shuffle else ["--no_shuffle"]),
             ]
