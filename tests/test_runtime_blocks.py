@@ -354,11 +354,15 @@ def test_auto_cache_counts_the_parsed_columns_against_the_budget(both):
     assert target(2 * serialized + 1) is None
 
 
-@pytest.mark.parametrize("symbolic", [False, True])
-def test_checkpoint_restores_blocks_mid_epoch_to_the_next_batch(both, tmp_path, symbolic):
+@pytest.mark.parametrize(
+    "symbolic, cache", [(False, None), (True, None), (False, "memory")], ids=["plain", "symbolic", "cached-columns"]
+)
+def test_checkpoint_restores_blocks_mid_epoch_to_the_next_batch(both, tmp_path, symbolic, cache):
     def make():
         opts = ingest.ReadOptions(symbolic_checkpoint=symbolic, block_window=8)
-        return ingest.make_dataset(both[1], batch_size=50, seed=3, deterministic=True, options=opts)
+        return ingest.make_dataset(
+            both[1], batch_size=50, seed=3, deterministic=True, options=opts, cache=cache, num_epochs=2
+        )
 
     full = _ids(make())
     it = iter(make())
@@ -369,7 +373,7 @@ def test_checkpoint_restores_blocks_mid_epoch_to_the_next_batch(both, tmp_path, 
     it2 = iter(make())
     tf.train.Checkpoint(it=it2).restore(saved)
     rest = [r for x, _ in it2 for r in x["id"].numpy().tolist()]
-    assert rest == full[15 * 50 :]
+    assert rest == full[15 * 50 :] and len(full) == 8000
 
 
 def test_read_records_yields_the_blocks_as_stored(both):
