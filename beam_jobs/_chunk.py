@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from beam_jobs import _plan, _sources
-from beam_jobs._tfrecord import frames_data
+from beam_jobs._tfrecord import frames_data, key_ranges
 
 __all__ = ["Typed", "typed", "Routing", "routed"]
 
@@ -93,10 +93,8 @@ def route(hashes: np.ndarray, routing: Routing, where: tuple, first_record: dict
         else:
             order = np.argsort(shard_of, kind="stable")
         ordered = ids[order]
-        ends = np.cumsum(np.bincount(shard_of, minlength=routing.num_shards[s]))
-        for shard in np.flatnonzero(np.diff(np.concatenate([[0], ends]))):
-            start = int(ends[shard - 1]) if shard else 0
-            yield s, int(shard), ordered[start : int(ends[shard])]
+        for shard, first, end in key_ranges(np.bincount(shard_of, minlength=routing.num_shards[s])):
+            yield s, shard, ordered[first:end]
 
 
 def routed(frames: pa.Array, hashes: np.ndarray, routing: Routing, where: tuple, first_record: dict):

@@ -24,6 +24,7 @@ from apache_beam.io.filesystems import FileSystems
 from beam_jobs._block_encoder import encode_blocks
 from beam_jobs._commit import Budget, read_exactly
 from beam_jobs._fragments import read_index
+from beam_jobs._tfrecord import key_ranges
 
 __all__ = ["run_bytes", "write_block_shard"]
 
@@ -82,7 +83,7 @@ class _BlockSink:
         self._out, self._k = out, block_rows
         self._carry: list = []
         self._carried = 0
-        self.blocks = self.rows = 0
+        self.blocks = 0
 
     def add(self, table: pa.Table) -> None:
         self._carry.append(table)
@@ -103,7 +104,6 @@ class _BlockSink:
             data, _, _, sizes = encode_blocks(_columns(part), part.num_rows, self._k)
             self._out.write(memoryview(data))
             self.blocks += len(sizes)
-            self.rows += part.num_rows
         rest = table.slice(full)
         self._carry, self._carried = ([rest], rest.num_rows) if rest.num_rows else ([], 0)
 
@@ -143,10 +143,8 @@ def _through_buckets(fragments: list, sink: _BlockSink, rng, budget: Budget) -> 
                 for table in _runs(f):
                     bucket_of = rng.integers(0, buckets, size=table.num_rows)
                     grouped = table.take(np.argsort(bucket_of, kind="stable"))
-                    ends = np.cumsum(np.bincount(bucket_of, minlength=buckets))
-                    for b in np.flatnonzero(np.diff(np.concatenate([[0], ends]))):
-                        start = int(ends[b - 1]) if b else 0
-                        data = _ipc(grouped.slice(start, int(ends[b]) - start))
+                    for b, first, end in key_ranges(np.bincount(bucket_of, minlength=buckets)):
+                        data = _ipc(grouped.slice(first, end - first))
                         files[b].write(data)
                         lengths[b].append(len(data))
             for b, file in enumerate(files):

@@ -121,13 +121,13 @@ class _ConvertFiles(beam.DoFn):
         # layouts) or of the --split_key value. Blocks encode row records only for that
         # hash: not at all with one split or a key.
         buf = frame_offsets = None
-        hashed = cfg.split_key is None and len(cfg.splits) > 1
-        if cfg.layout == "rows" or hashed:
+        encoded = cfg.layout == "rows" or (cfg.split_key is None and len(cfg.splits) > 1)
+        if encoded:
             buf, frame_offsets, crcs = encode_batch(done.cols, good, framed=True)
         if cfg.split_key is not None:
             hashes = _chunk.key_hashes(next(arr for name, _, arr in done.cols if name == cfg.split_key))
         else:
-            hashes = crcs if hashed or cfg.layout == "rows" else np.zeros(good, np.uint32)
+            hashes = crcs if encoded else np.zeros(good, np.uint32)
         added: dict = {}
         if cfg.layout == "blocks":
             # Columns, not blocks: the commit shuffles rows first, then cuts blocks (_commit_blocks).

@@ -17,6 +17,7 @@ __all__ = [
     "frames_array",
     "frames_data",
     "grouped_frames",
+    "key_ranges",
     "iter_frames",
     "TFRecordError",
 ]
@@ -118,13 +119,20 @@ def iter_frames(data: bytes, *, source: str = "<bytes>", verify: bool = False):
         pos = stop
 
 
+def key_ranges(counts: np.ndarray):
+    """Yields (key, first, end) for each key with items, given items grouped by key in key
+    order and `counts[key]` items per key: the key's items are positions first..end-1."""
+    first = 0
+    for key in np.flatnonzero(counts):
+        last = first + int(counts[key])
+        yield int(key), first, last
+        first = last
+
+
 def grouped_frames(frames: pa.Array, counts: np.ndarray):
     """Yields (key, bytes, frame lengths) for each key with frames, given frames grouped
     by key in key order and `counts[key]` frames per key."""
     data, lengths = frames_data(frames)
     ends = offsets_of(lengths)
-    first = 0
-    for key in np.flatnonzero(counts):
-        last = first + int(counts[key])
-        yield int(key), data[int(ends[first]) : int(ends[last])], lengths[first:last]
-        first = last
+    for key, first, last in key_ranges(counts):
+        yield key, data[int(ends[first]) : int(ends[last])], lengths[first:last]

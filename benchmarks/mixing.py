@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 
-__all__ = ["epoch_batches", "reshare_fraction", "ideal_reshare", "reach", "measure"]
+__all__ = ["epoch_batches", "batches_of", "reshare_fraction", "ideal_reshare", "reach", "measure"]
 
 
 def epoch_batches(ds, key: str, *, rows: int) -> list:
@@ -29,6 +29,12 @@ def epoch_batches(ds, key: str, *, rows: int) -> list:
     if not np.array_equal(np.sort(np.concatenate(batches)), np.arange(rows)):
         raise ValueError(f"one pass does not deliver every source index 0..{rows - 1} exactly once")
     return batches
+
+
+def batches_of(order, batch_size: int) -> list:
+    """A delivery order of source indices cut into consecutive batches of `batch_size`."""
+    order = np.asarray(order)
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
 def _pairs(counts: np.ndarray) -> int:

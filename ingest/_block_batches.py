@@ -7,8 +7,8 @@
 
 Three levels of shuffling: shard order, blocks through a buffer, rows within a window.
 With a seed, each window's permutation is seeded by (seed, window index, its first
-block), so a run is reproducible and every window, epoch and pass permutes differently. Without `shuffle`, rows
-come in the order the read stage delivers the blocks.
+block), so a run is reproducible and every window, epoch and pass permutes differently.
+Without `shuffle`, rows come in the order the read stage delivers the blocks.
 """
 
 from __future__ import annotations
@@ -59,9 +59,8 @@ def block_batches(ds: tf.data.Dataset, req: Request, plan: _tuning.FileShards) -
     opts = req.options
     window = _tuning.block_window(req.info.block_rows, plan.records, requested=opts.block_window)
     if req.shuffle:
-        in_split = sum(s.blocks for s in req.split.shards)
         buffer = _tuning.block_shuffle_buffer(
-            window, plan.records, req.split.bytes / max(in_split, 1), requested=opts.block_shuffle_buffer
+            window, plan.records, req.split.bytes / max(req.split.tfrecords, 1), requested=opts.block_shuffle_buffer
         )
         ds = ds.shuffle(buffer, seed=req.seed, reshuffle_each_iteration=True)
     if req.num_epochs != 1:

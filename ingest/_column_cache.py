@@ -52,9 +52,8 @@ def _row_count(columns: dict) -> tf.Tensor:
 def cached_column_batches(ds: tf.data.Dataset, req: Request, plan: _tuning.FileShards) -> tf.data.Dataset:
     """Serialized blocks of this pipeline -> batches, parsed once and cached as columns."""
     features = _parse.selected_features(req)
-    window_rows = _tuning.block_window(req.info.block_rows, plan.records, requested=req.options.block_window) * max(
-        req.info.block_rows or 1, 1
-    )
+    k = req.info.block_rows
+    window_rows = _tuning.block_window(k, plan.records, requested=req.options.block_window) * k
     columns = ds.batch(max(plan.records, 1)).map(lambda blocks: parse_blocks(blocks, features)).cache()
     if req.num_epochs != 1:
         columns = columns.repeat(req.num_epochs)

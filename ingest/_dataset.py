@@ -211,8 +211,7 @@ def make_dataset(
 
 def _records_bytes(req: Request, plan: _tuning.FileShards) -> float:
     """The pipeline's share of the split's bytes, from the recorded average record size."""
-    in_split = sum(s.blocks if req.info.layout == "blocks" else s.records for s in req.split.shards)
-    return req.split.bytes * plan.records / max(in_split, 1)
+    return req.split.bytes * plan.records / max(req.split.tfrecords, 1)
 
 
 def _row_batches(ds: tf.data.Dataset, req: Request, plan: _tuning.FileShards) -> tf.data.Dataset:

@@ -137,9 +137,7 @@ def diagnose(
 
     common = dict(batch_size=batch_size, split=split, shuffle=False, options=opts)
     # A blocks-layout record holds many rows: the read is counted in rows, at the split's average.
-    rows_per_record = (
-        split_info.records / max(sum(s.blocks for s in split_info.shards), 1) if info.layout == "blocks" else 1
-    )
+    rows_per_record = split_info.records / max(split_info.tfrecords, 1)
     read = _dataset.read_records(path, split=split, options=opts).take(
         math.ceil(batches * batch_size / rows_per_record)
     )

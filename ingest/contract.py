@@ -193,6 +193,11 @@ class ShardInfo:
     bytes: int
     blocks: int | None = None  # TFRecords of the block layout; None for the rows layout
 
+    @property
+    def tfrecords(self) -> int:
+        """TFRecords in the shard file: its blocks, or (rows layout) its rows."""
+        return self.records if self.blocks is None else self.blocks
+
     def to_json(self) -> dict:
         d = {"filename": self.filename, "records": self.records, "bytes": self.bytes}
         return d if self.blocks is None else {**d, "blocks": self.blocks}
@@ -234,6 +239,11 @@ class SplitInfo:
     @property
     def bytes(self) -> int:
         return sum(s.bytes for s in self.shards)
+
+    @property
+    def tfrecords(self) -> int:
+        """TFRecords in the split's files: blocks, or (rows layout) rows."""
+        return sum(s.tfrecords for s in self.shards)
 
     def to_json(self) -> dict:
         return {
