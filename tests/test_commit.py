@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from beam_jobs import _commit
-from beam_jobs._fragments import Fragment, FragmentWriter
+from beam_jobs._fragments import Fragment
 from beam_jobs._tfrecord import TFRecordError, frame_headers, iter_frames, offsets_of, seal_frames
+from tests.conftest import write_fragments
 
 N = 5000
 SMALL = _commit.Budget(max_merged_runs=64, in_memory_bytes=1 << 20, bucket_bytes=4096, read_bytes=1000, write_bytes=500)
@@ -33,20 +34,12 @@ def _framed(records: list):
 def _fragments(tmp, *, fragments=4, runs=5, shuffled_runs=True) -> list:
     """N records 0..N-1 over `fragments` fragments of `runs` runs each, every run in
     random order as ConvertFiles writes them (or in order, for concatenation)."""
-    rng = np.random.default_rng(0)
-    per_run = N // (fragments * runs)
-    out, value = [], 0
-    for f in range(fragments):
-        writer = FragmentWriter(str(tmp), f"bundle{f}")
-        for r in range(runs):
-            run = list(range(value, value + per_run))
-            value += per_run
-            if shuffled_runs:
-                rng.shuffle(run)
-            data, lengths = _framed([str(v).encode() for v in run])
-            writer.append(0, 0, (f, 0, r), data, lengths)
-        out.extend(writer.close())
-    return out
+
+    def encode(f, r, values):
+        data, lengths = _framed([str(v).encode() for v in values])
+        return data, lengths, None
+
+    return write_fragments(tmp, encode, n=N, fragments=fragments, runs=runs, shuffled_runs=shuffled_runs)
 
 
 def _values(out: io.BytesIO) -> list:

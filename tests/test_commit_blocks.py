@@ -11,8 +11,8 @@ import pytest
 
 from beam_jobs import _commit
 from beam_jobs._commit_blocks import run_bytes, write_block_shard
-from beam_jobs._fragments import FragmentWriter
 from beam_jobs._tfrecord import iter_frames
+from tests.conftest import write_fragments
 
 N = 5000
 K = 64
@@ -24,20 +24,13 @@ def _fragments(tmp, *, fragments=4, runs=5, null_run=False, shuffled_runs=True) 
     """Rows 0..N-1 (an `id` column and a text column) over fragments of runs, each run
     one chunk's share in random order, as ConvertFiles writes them. With `null_run`, one
     run's text column is all null: Arrow types it null there."""
-    rng = np.random.default_rng(0)
-    per_run = N // (fragments * runs)
-    out, value = [], 0
-    for f in range(fragments):
-        writer = FragmentWriter(str(tmp), f"bundle{f}")
-        for r in range(runs):
-            ids = np.arange(value, value + per_run)
-            value += per_run
-            text = pa.nulls(per_run) if null_run and (f, r) == (1, 2) else pa.array([f"w{i}".encode() for i in ids])
-            cols = [("id", "int64", pa.array(ids)), ("text", "bytes", text)]
-            data = run_bytes(cols, rng.permutation(per_run) if shuffled_runs else np.arange(per_run))
-            writer.append(0, 0, (f, 0, r), data, [len(data)], rows=per_run)
-        out.extend(writer.close())
-    return out
+
+    def encode(f, r, ids):
+        text = pa.nulls(len(ids)) if null_run and (f, r) == (1, 2) else pa.array([f"w{i}".encode() for i in ids])
+        data = run_bytes([("id", "int64", pa.array(ids)), ("text", "bytes", text)], np.arange(len(ids)))
+        return data, [len(data)], len(ids)
+
+    return write_fragments(tmp, encode, n=N, fragments=fragments, runs=runs, shuffled_runs=shuffled_runs)
 
 
 def _blocks(out: io.BytesIO) -> list:

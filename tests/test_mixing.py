@@ -6,24 +6,20 @@ import pytest
 from benchmarks import corpus, mixing
 
 
-def _cut(order: np.ndarray, batch: int) -> list:
-    return [order[i : i + batch] for i in range(0, len(order), batch)]
-
-
 def test_the_same_batches_twice_reshare_every_pair():
-    batches = _cut(np.random.default_rng(0).permutation(10_000), 100)
+    batches = mixing.batches_of(np.random.default_rng(0).permutation(10_000), 100)
     assert mixing.reshare_fraction(batches, batches) == 1.0
 
 
 def test_independent_permutations_reshare_about_the_ideal_fraction():
     rng = np.random.default_rng(1)
-    first, second = (_cut(rng.permutation(20_000), 100) for _ in range(2))
+    first, second = (mixing.batches_of(rng.permutation(20_000), 100) for _ in range(2))
     assert mixing.reshare_fraction(first, second) == pytest.approx(mixing.ideal_reshare(20_000, 100), rel=0.25)
 
 
 def test_reach_in_source_order_is_one_batch_and_shuffled_is_nearly_everything():
-    assert mixing.reach(_cut(np.arange(10_000), 100), 10_000) == pytest.approx(99 / 9_999)
-    assert mixing.reach(_cut(np.random.default_rng(2).permutation(10_000), 100), 10_000) > 0.95
+    assert mixing.reach(mixing.batches_of(np.arange(10_000), 100), 10_000) == pytest.approx(99 / 9_999)
+    assert mixing.reach(mixing.batches_of(np.random.default_rng(2).permutation(10_000), 100), 10_000) > 0.95
 
 
 def test_an_incomplete_pass_is_refused():

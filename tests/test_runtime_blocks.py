@@ -215,7 +215,7 @@ def test_rows_of_a_batch_scatter_in_the_next_epoch(both, monkeypatch):
 
     def fraction(path):
         ids = np.array(_ids(ingest.make_dataset(path, batch_size=batch_size, seed=11, num_epochs=2)))
-        first, second = ([e[i : i + batch_size] for i in range(0, n, batch_size)] for e in (ids[:n], ids[n:]))
+        first, second = (mixing.batches_of(e, batch_size) for e in (ids[:n], ids[n:]))
         return mixing.reshare_fraction(first, second)
 
     ideal = (batch_size - 1) / (n - 1)
@@ -303,11 +303,6 @@ def test_cached_blocks_reshuffle_every_epoch(both, tmp_path, cache):
     assert all(sorted(e) == list(range(4000)) for e in epochs) and epochs[0] != epochs[1] != epochs[2]
 
 
-def _batches_of(ids: list, batch_size: int) -> list:
-    ids = np.array(ids)
-    return [ids[i : i + batch_size] for i in range(0, len(ids), batch_size)]
-
-
 def test_blocks_cached_in_memory_are_a_global_shuffle_each_epoch(both):
     # Windows of one block from a one-block buffer: streaming, rows barely leave their block.
     narrow = ingest.ReadOptions(block_window=1, block_shuffle_buffer=1)
@@ -315,7 +310,7 @@ def test_blocks_cached_in_memory_are_a_global_shuffle_each_epoch(both):
 
     def reshare(**kwargs):
         ds = ingest.make_dataset(both[1], batch_size=64, seed=6, options=narrow, **kwargs)
-        first, second = (_batches_of(_ids(ds), 64) for _ in range(2))
+        first, second = (mixing.batches_of(_ids(ds), 64) for _ in range(2))
         return mixing.reshare_fraction(first, second)
 
     assert reshare() > 5 * ideal
