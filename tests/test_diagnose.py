@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -49,8 +50,19 @@ def heavy(tmp_path_factory):
     return convert_table(tmp_path_factory.mktemp("heavy"), table, "--num_shards", "2", "--compression", "gzip")
 
 
+_ONE_AT_A_TIME = threading.Lock()
+
+
+def _sleep_alone():
+    # Held across the sleep so that the preprocess rate does not depend on the parallelism
+    # autotune picks: 64 rows per 0.15 s, ~430 rows/s, however many calls run at once.
+    with _ONE_AT_A_TIME:
+        time.sleep(0.15)
+    return 0
+
+
 def _slow_preprocess(x):
-    done = tf.py_function(lambda: (time.sleep(0.1), 0)[1], [], tf.int32)
+    done = tf.py_function(_sleep_alone, [], tf.int32)
     with tf.control_dependencies([done]):
         return tf.nest.map_structure(tf.identity, x)
 
