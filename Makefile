@@ -45,6 +45,7 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python -m benchmarks.conversion
 	$(BIN)/python -m benchmarks.runtime
 	$(BIN)/python -m benchmarks.images
+	$(BIN)/python -m benchmarks.checkpoints
 
 clean:
 	rm -rf out bench-out .pytest_cache

@@ -149,7 +149,13 @@ def _presence(f: contract.FeatureSpec, parsed: Mapping, rows_per_block, block_st
     return tf.equal(marked, 0)
 
 
-def parse_blocks(serialized: tf.Tensor, features: Sequence[contract.FeatureSpec], *, with_presence: bool = False):
+def parse_blocks(
+    serialized: tf.Tensor,
+    features: Sequence[contract.FeatureSpec],
+    *,
+    with_presence: bool = False,
+    with_block_rows: bool = False,
+):
     """N serialized blocks (a [N] string tensor) -> {name: all rows of the N blocks, in order}.
 
     Scalars come back dense [R], fixed-length lists dense [R, k], variable-length lists as
@@ -157,6 +163,8 @@ def parse_blocks(serialized: tf.Tensor, features: Sequence[contract.FeatureSpec]
     Missing values are already the column default in the blocks (the writer puts them
     there). With `with_presence=True`, returns `(values, presence)` where `presence[name]`
     is a [R] bool tensor, False at the rows the blocks list in `F/missing`.
+
+    With `with_block_rows=True`, the [N] int64 rows of each block (`__rows__`) come last.
 
     A block whose lists do not match its row count raises `tf.errors.InvalidArgumentError`
     naming the feature and the block's position among the N.
@@ -167,10 +175,12 @@ def parse_blocks(serialized: tf.Tensor, features: Sequence[contract.FeatureSpec]
     block_starts = block_ends - rows_per_block
     total_rows = tf.reduce_sum(rows_per_block)
     values = {f.name: _column(f, parsed, rows_per_block, total_rows) for f in features}
-    if not with_presence:
-        return values
-    presence = {f.name: _presence(f, parsed, rows_per_block, block_starts, total_rows) for f in features}
-    return values, presence
+    out = (values,)
+    if with_presence:
+        out += ({f.name: _presence(f, parsed, rows_per_block, block_starts, total_rows) for f in features},)
+    if with_block_rows:
+        out += (rows_per_block,)
+    return out[0] if len(out) == 1 else out
 
 
 def _row_count(column) -> tf.Tensor:

@@ -23,7 +23,7 @@ import logging
 
 import tensorflow as tf
 
-from ingest import _parse, _read, _request, _service, _tuning
+from ingest import _block_index, _epoch_order, _parse, _read, _request, _service, _tuning
 from ingest._block_batches import block_batches
 from ingest._column_cache import cached_column_batches, columns_bytes
 from ingest._options import ImageOptions, ReadOptions
@@ -196,17 +196,22 @@ def make_dataset(
             req.num_pipelines,
             req.num_pipelines,
         )
+    target = _cache_target(req, plan)
+    if target is None and _epoch_order.seekable(req):
+        index = _block_index.index_split(req.path, req.split, req.info.block_rows)
+        index = _block_index.pipeline_blocks(index, num_pipelines=req.num_pipelines, pipeline_id=req.pipeline_id)
+        ds = _epoch_order.seekable_block_batches(req, index)
+        return _finished(ds, req, int(index.rows.sum()), symbolic_checkpoint=True)
     ds = _read.records(req, plan)
     if req.checks_counts:
         ds = ds.apply(tf.data.experimental.assert_cardinality(plan.records))
-    target = _cache_target(req, plan)
     if target == "memory" and req.info.layout == "blocks" and req.service is None:
         ds = cached_column_batches(ds, req, plan)
     else:
         if target is not None:
             ds = ds.cache() if target == "memory" else ds.cache(target)
         ds = _BATCHES[req.info.layout](ds, req, plan)
-    return _finished(ds, req, plan)
+    return _finished(ds, req, plan.total_rows)
 
 
 def _records_bytes(req: Request, plan: _tuning.FileShards) -> float:
@@ -261,10 +266,14 @@ def _cache_target(req: Request, plan: _tuning.FileShards) -> str | None:
     return target
 
 
-def _finished(ds: tf.data.Dataset, req: Request, plan: _tuning.FileShards) -> tf.data.Dataset:
-    """Batches -> what the trainer iterates: counted, preprocessed, served, prefetched, tuned."""
+def _finished(
+    ds: tf.data.Dataset, req: Request, rows: int | None, *, symbolic_checkpoint: bool = False
+) -> tf.data.Dataset:
+    """Batches -> what the trainer iterates: counted, preprocessed, served, prefetched, tuned.
+
+    `rows`: what this pipeline reads per epoch, when known.
+    """
     opts = req.options
-    rows = plan.total_rows
     if req.num_epochs is not None and req.checks_counts and rows is not None:
         total = rows * req.num_epochs
         batches = _tuning.batches(total, req.batch_size, drop_remainder=req.drop_remainder)
@@ -294,10 +303,10 @@ def _finished(ds: tf.data.Dataset, req: Request, plan: _tuning.FileShards) -> tf
             expected_records=rows * req.num_epochs if whole and rows is not None else None,
         )
     ds = ds.prefetch(opts.prefetch if opts.prefetch is not None else tf.data.AUTOTUNE)
-    return ds.with_options(_tf_options(req))
+    return ds.with_options(_tf_options(req, symbolic_checkpoint=symbolic_checkpoint))
 
 
-def _tf_options(req: Request) -> tf.data.Options:
+def _tf_options(req: Request, *, symbolic_checkpoint: bool = False) -> tf.data.Options:
     opts = req.options
     o = tf.data.Options()
     # Determinism is set on each op (interleave, maps); a global Options.deterministic
@@ -313,7 +322,7 @@ def _tf_options(req: Request) -> tf.data.Options:
         o.threading.private_threadpool_size = opts.private_threadpool_size
     if opts.max_intra_op_parallelism is not None:
         o.threading.max_intra_op_parallelism = opts.max_intra_op_parallelism
-    o.experimental_symbolic_checkpoint = opts.symbolic_checkpoint
+    o.experimental_symbolic_checkpoint = opts.symbolic_checkpoint or symbolic_checkpoint
     # The shard check's py_function touches no state a checkpoint would need.
     o.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
     if req.sharded:

@@ -48,6 +48,13 @@ class ReadOptions:
         one window, capped at the split. Measured (benchmarks.mixing, 500k rows): batch-
         mates share a batch again next epoch at 0.056%, rows layout 0.072%, ideal 0.051%;
         a one-window buffer scored 0.090%.
+    seekable_order: blocks layout only: read blocks one by one at their byte offsets, in
+        an order that is a pure function of (seed, epoch), so that an iterator
+        checkpoint (`tf.train.Checkpoint(iterator=it)`) holds a few integers and a
+        restored iterator seeks to its next batch. Default True. False: the streaming
+        pipeline (shard interleave, then a block shuffle buffer), whose checkpoints hold
+        its buffers. Gzip-compressed datasets, `skip_corrupt`, the tf.data service and
+        `cache` always use the streaming pipeline.
     read_buffer_bytes: TFRecordDataset read buffer per shard. Auto: 1 MB local,
         8 MB on object storage (fewer, larger ranged reads).
     prefetch: batches prefetched at the end. Auto: AUTOTUNE.
@@ -90,6 +97,7 @@ class ReadOptions:
     private_threadpool_size: int | None = None
     max_intra_op_parallelism: int | None = None
     symbolic_checkpoint: bool = False
+    seekable_order: bool = True
     service_timeout_s: float | None = None
 
     def __post_init__(self):
@@ -109,8 +117,9 @@ class ReadOptions:
         ):
             _check_positive(name, getattr(self, name))
         _check_positive("prefetch", self.prefetch, allow_zero=True)
-        if not isinstance(self.symbolic_checkpoint, bool):
-            raise ValueError(f"ReadOptions.symbolic_checkpoint must be a bool, got {self.symbolic_checkpoint!r}")
+        for name in ("symbolic_checkpoint", "seekable_order"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"ReadOptions.{name} must be a bool, got {getattr(self, name)!r}")
         t = self.service_timeout_s
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < math.inf):
             raise ValueError(

@@ -19,7 +19,7 @@ import ingest
 from beam_jobs._block_encoder import encode_blocks
 from beam_jobs._example_encoder import encode_batch
 from benchmarks import mixing
-from ingest import _block_batches, contract
+from ingest import _block_batches, _epoch_order, contract
 from ingest._dataset import read_records
 
 K = 32
@@ -222,9 +222,15 @@ def test_rows_of_a_batch_scatter_in_the_next_epoch(both, monkeypatch):
     rows, blocks = fraction(both[0]), fraction(both[1])
     assert rows < 5 * ideal and blocks < 5 * ideal
     # The seam: without the in-window permutation block-mates travel together.
-    monkeypatch.setattr(_block_batches, "permute_rows", lambda rows, seed: rows)
+    monkeypatch.setattr(_epoch_order, "_within_epochs", lambda take, *_: tf.range(tf.size(take, out_type=tf.int64)))
     unpermuted = fraction(both[1])
     assert unpermuted > 0.3 and blocks < unpermuted / 5
+    # The same seam in the streaming order.
+    monkeypatch.setattr(_block_batches, "permute_rows", lambda rows, seed: rows)
+    streaming = ingest.ReadOptions(seekable_order=False)
+    ids = np.array(_ids(ingest.make_dataset(both[1], batch_size=batch_size, seed=11, num_epochs=2, options=streaming)))
+    first, second = (mixing.batches_of(e, batch_size) for e in (ids[:n], ids[n:]))
+    assert mixing.reshare_fraction(first, second) > 0.3
 
 
 def _block_dict(serialized: bytes) -> dict:
@@ -257,14 +263,24 @@ def test_a_shard_with_a_block_too_many_or_too_few_is_an_error_naming_it(blocks_c
     path = _shard_path(blocks_copy)
     frames = _frames(path)
     _rewrite(path, frames + frames[:1] if change == "one_too_many" else frames[:-1])
+    # The seekable order finds it while indexing the blocks, before any batch.
+    expected = (
+        rf"shard {re.escape(path)} holds more blocks than its metadata says"
+        if change == "one_too_many"
+        else rf"shard {re.escape(path)} ends after {len(frames) - 1} of the {len(frames)} blocks its metadata lists"
+    )
+    with pytest.raises(ValueError, match=expected):
+        ingest.make_dataset(blocks_copy, batch_size=64, shuffle=False)
+    # The streaming order, as it reads the shard.
     expected = (
         rf"shard {re.escape(path)} holds more blocks than its metadata says"
         if change == "one_too_many"
         else rf"shard {re.escape(path)} is corrupt, truncated or unreadable: "
         rf"read {len(frames) - 1} of {len(frames)} blocks"
     )
+    streaming = ingest.ReadOptions(seekable_order=False)
     with pytest.raises(tf.errors.OpError, match=expected):
-        _ids(ingest.make_dataset(blocks_copy, batch_size=64, shuffle=False))
+        _ids(ingest.make_dataset(blocks_copy, batch_size=64, shuffle=False, options=streaming))
 
 
 def test_skip_corrupt_on_blocks_counts_the_lost_rows(blocks_copy):
@@ -276,8 +292,13 @@ def test_skip_corrupt_on_blocks_counts_the_lost_rows(blocks_copy):
     third = sum(len(f) + 16 for f in frames[:2])
     data[third + 12 + 5] ^= 0xFF
     open(path, "wb").write(bytes(data))
-    with pytest.raises(tf.errors.OpError, match=rf"shard {re.escape(path)} is corrupt.*read 2 of {len(frames)} blocks"):
+    # The seekable order cannot name the file (no ignore_errors under symbolic checkpoints):
+    # TensorFlow's own error gives the record's byte offset. The streaming order names it.
+    with pytest.raises(tf.errors.DataLossError, match=rf"corrupted record at {third + 12}\b"):
         _ids(ingest.make_dataset(blocks_copy, batch_size=64, shuffle=False))
+    streaming = ingest.ReadOptions(seekable_order=False)
+    with pytest.raises(tf.errors.OpError, match=rf"shard {re.escape(path)} is corrupt.*read 2 of {len(frames)} blocks"):
+        _ids(ingest.make_dataset(blocks_copy, batch_size=64, shuffle=False, options=streaming))
     before = ingest.skipped_corrupt_records().get(path, 0)
     ids = _ids(ingest.make_dataset(blocks_copy, batch_size=64, seed=1, skip_corrupt=True))
     shard_rows = info.split("train").shards[1].records

@@ -1,0 +1,129 @@
+"""Iterator checkpoints on the blocks layout: size, save and restore time, and the cost of the seekable order.
+
+The 500k-row benchmark corpus as blocks, make_dataset shuffled at batch 256. Compared in
+the same process on the same data:
+- the seekable order (the default): `tf.train.Checkpoint(iterator=it)` saves a position;
+- the streaming order (`ReadOptions(seekable_order=False)`), checkpointed by tf.data:
+  plainly (its buffers are saved), and with `symbolic_checkpoint=True`.
+Each is checkpointed at several positions; restore time runs from a fresh iterator's
+`read` to its first batch. Throughput: both orders drained in-graph, epochs round-robin,
+medians after a warm-up epoch.
+
+    python -m benchmarks.checkpoints [--rows 500000] [--epochs 5] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import time
+
+from benchmarks import _measure, corpus
+
+
+def _variants() -> dict:
+    import ingest
+
+    return {
+        "seekable order (default)": ingest.ReadOptions(),
+        "streaming, plain tf.data checkpoint": ingest.ReadOptions(seekable_order=False),
+        "streaming, symbolic tf.data checkpoint": ingest.ReadOptions(seekable_order=False, symbolic_checkpoint=True),
+    }
+
+
+def _size(folder: str) -> int:
+    return sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder) if f != "checkpoint")
+
+
+def checkpoint_costs(path: str, positions: list, batch_size: int) -> list:
+    import tensorflow as tf
+
+    import ingest
+
+    rows = []
+    for name, options in _variants().items():
+        for position in positions:
+            ds = ingest.make_dataset(path, batch_size=batch_size, num_epochs=None, options=options)
+            it = iter(ds)
+            for _ in range(position):
+                next(it)
+            folder = tempfile.mkdtemp(prefix="ckpt-")
+            try:
+                start = time.perf_counter()
+                prefix = tf.train.Checkpoint(iterator=it).write(os.path.join(folder, "ckpt"))
+                save = time.perf_counter() - start
+                size = _size(folder)
+                fresh = iter(ingest.make_dataset(path, batch_size=batch_size, num_epochs=None, options=options))
+                start = time.perf_counter()
+                try:
+                    tf.train.Checkpoint(iterator=fresh).read(prefix)
+                    next(fresh)
+                    restore = time.perf_counter() - start
+                except tf.errors.OpError as e:  # reported, not hidden
+                    restore = float("nan")
+                    print(f"{name} at batch {position}: restore failed: {e.message.splitlines()[0][:160]}")
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+            rows.append({"pipeline": name, "batch": position, "bytes": size, "save_s": save, "restore_s": restore})
+    return rows
+
+
+def throughput(path: str, batch_size: int, epochs: int) -> dict:
+    import ingest
+
+    makers = {
+        "seekable order (default)": lambda: ingest.make_dataset(path, batch_size=batch_size),
+        "streaming order": lambda: ingest.make_dataset(
+            path, batch_size=batch_size, options=ingest.ReadOptions(seekable_order=False)
+        ),
+    }
+    for make in makers.values():
+        _measure.drain_in_graph(make())
+    rates = {name: [] for name in makers}
+    for _ in range(epochs):
+        for name, make in makers.items():
+            n, s = _measure.drain_in_graph(make())
+            rates[name].append(n / s)
+    return {name: statistics.median(v) for name, v in rates.items()} | {"runs": rates}
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rows", type=int, default=500_000)
+    p.add_argument("--shards", type=int, default=16)
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--batch_size", type=int, default=256)
+    p.add_argument("--workdir", default="bench-out/data")
+    p.add_argument("--out", default="bench-out")
+    p.add_argument("--quick", action="store_true", help="50k rows, 2 epochs: proves the benchmark runs")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.rows, args.epochs = 50_000, 2
+    path = corpus.ensure_dataset(args.workdir, args.rows, args.shards, layout="blocks")
+    per_epoch = args.rows * 9 // 10 // args.batch_size  # the train split holds ~90% of the rows
+    positions = sorted({10, per_epoch // 2, per_epoch - 5, per_epoch + per_epoch // 3})
+    costs = checkpoint_costs(path, positions, args.batch_size)
+    print("| pipeline | at batch | checkpoint KB | save s | restore to first batch s |")
+    print("|---|---:|---:|---:|---:|")
+    for r in costs:
+        print(
+            f"| {r['pipeline']} | {r['batch']} | {r['bytes'] / 1024:,.1f} | {r['save_s']:.3f} | {r['restore_s']:.3f} |"
+        )
+    rates = throughput(path, args.batch_size, args.epochs)
+    seek, stream = rates["seekable order (default)"], rates["streaming order"]
+    print()
+    print("| order | examples/s (median) | vs streaming |")
+    print("|---|---:|---:|")
+    print(f"| streaming | {stream:,.0f} | 1.00 |")
+    print(f"| seekable (default) | {seek:,.0f} | {seek / stream:.2f} |")
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "checkpoints.json"), "w") as f:
+        json.dump({"costs": costs, "throughput": rates}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
