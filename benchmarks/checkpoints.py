@@ -54,7 +54,12 @@ def checkpoint_costs(path: str, positions: list, batch_size: int) -> list:
             folder = tempfile.mkdtemp(prefix="ckpt-")
             try:
                 start = time.perf_counter()
-                prefix = tf.train.Checkpoint(iterator=it).write(os.path.join(folder, "ckpt"))
+                try:
+                    prefix = tf.train.Checkpoint(iterator=it).write(os.path.join(folder, "ckpt"))
+                except tf.errors.OpError as e:  # reported, not hidden
+                    print(f"{name} at batch {position}: save failed: {e.message.splitlines()[0][-120:]}")
+                    rows.append({"pipeline": name, "batch": position, "error": e.message.splitlines()[0][-120:]})
+                    continue
                 save = time.perf_counter() - start
                 size = _size(folder)
                 fresh = iter(ingest.make_dataset(path, batch_size=batch_size, num_epochs=None, options=options))
@@ -110,6 +115,9 @@ def main(argv=None) -> None:
     print("| pipeline | at batch | checkpoint KB | save s | restore to first batch s |")
     print("|---|---:|---:|---:|---:|")
     for r in costs:
+        if "error" in r:
+            print(f"| {r['pipeline']} | {r['batch']} | fails: {r['error']} | | |")
+            continue
         print(
             f"| {r['pipeline']} | {r['batch']} | {r['bytes'] / 1024:,.1f} | {r['save_s']:.3f} | {r['restore_s']:.3f} |"
         )
