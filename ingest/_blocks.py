@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from ingest import contract
 
-__all__ = ["ROWS_FEATURE", "parse_blocks", "permute_rows"]
+__all__ = ["ROWS_FEATURE", "check_blocks", "parse_blocks", "permute_rows"]
 
 ROWS_FEATURE = contract.BLOCK_ROWS_FEATURE
 ROW_LENGTHS_SUFFIX = contract.ROW_LENGTHS_SUFFIX
@@ -44,7 +44,7 @@ def _parse_spec(features: Sequence[contract.FeatureSpec], with_presence: bool) -
     return spec
 
 
-def _check(ok_per_block: tf.Tensor, message) -> tf.Operation:
+def check_blocks(ok_per_block: tf.Tensor, message) -> tf.Operation:
     """An assert that fails when some block is not ok; `message(i)` describes bad block `i`.
 
     The message is only built on failure (inside the cond): a good window pays for the
@@ -74,7 +74,7 @@ def _column(f: contract.FeatureSpec, parsed: Mapping, rows_per_block: tf.Tensor,
     held = values.row_lengths()
     name = f.name
     if f.is_scalar:
-        check = _check(
+        check = check_blocks(
             tf.equal(held, rows_per_block),
             lambda i: _format(
                 [f"block feature `{name}` holds ", held[i], " values for ", rows_per_block[i], " rows "]
@@ -85,7 +85,7 @@ def _column(f: contract.FeatureSpec, parsed: Mapping, rows_per_block: tf.Tensor,
             return tf.identity(values.values)
     if not f.is_variable_length:
         (k,) = f.shape
-        check = _check(
+        check = check_blocks(
             tf.equal(held, rows_per_block * k),
             lambda i: _format(
                 [f"block feature `{name}` holds ", held[i], " values for ", rows_per_block[i], f" rows of {k} "]
@@ -97,7 +97,7 @@ def _column(f: contract.FeatureSpec, parsed: Mapping, rows_per_block: tf.Tensor,
     lengths_name = name + ROW_LENGTHS_SUFFIX
     lengths = parsed[lengths_name]
     count = lengths.row_lengths()
-    count_check = _check(
+    count_check = check_blocks(
         tf.equal(count, rows_per_block),
         lambda i: _format(
             [f"block feature `{lengths_name}` holds ", count[i], " lengths for ", rows_per_block[i], " rows "]
@@ -109,7 +109,7 @@ def _column(f: contract.FeatureSpec, parsed: Mapping, rows_per_block: tf.Tensor,
     splits = tf.concat([tf.zeros([1], tf.int64), tf.cumsum(lengths.values)], axis=0)
     with tf.control_dependencies([count_check]):
         value_ends = tf.gather(splits, lengths.row_splits[1:])
-    sum_check = _check(
+    sum_check = check_blocks(
         tf.equal(value_ends, values.row_splits[1:]),
         lambda i: _format(
             [f"block feature `{name}` holds ", held[i], f" values but its `{lengths_name}` sum to "]
@@ -118,7 +118,7 @@ def _column(f: contract.FeatureSpec, parsed: Mapping, rows_per_block: tf.Tensor,
         ),
     )
     # A negative length could still sum right and would make the row splits go backwards.
-    sign_check = _check(
+    sign_check = check_blocks(
         lengths.values >= 0,
         lambda j: _format(
             [f"block feature `{lengths_name}` holds the negative length ", lengths.values[j], " "]
@@ -136,7 +136,7 @@ def _presence(f: contract.FeatureSpec, parsed: Mapping, rows_per_block, block_st
     rows_of_block = tf.gather(rows_per_block, block_of)
     in_range = tf.logical_and(missing.values >= 0, missing.values < rows_of_block)
     name = f.name + MISSING_SUFFIX
-    check = _check(
+    check = check_blocks(
         in_range,
         lambda j: _format(
             [f"block feature `{name}` names row ", missing.values[j], " of a block of ", rows_of_block[j], " rows "]

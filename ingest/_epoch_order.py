@@ -1,7 +1,7 @@
 """The blocks layout in a seekable order: each epoch's order a pure function of (seed, epoch).
 
     window index w = 0, 1, 2, ...                 (a range: its position is the iterator's state)
-      -> (seed, fingerprint, w)                   (carried by scan, so a checkpoint keeps them)
+      -> (seed, fingerprint, pass, w)             (carried by scan, so a checkpoint keeps them)
       -> window w: rows [w*M, (w+1)*M) of the stream of epochs, where epoch e lists this
          pipeline's blocks in a permutation keyed by (seed, e); those blocks are read at
          their byte offsets, parsed by one call, and the window's rows gathered in a
@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import tensorflow as tf
 
-from ingest import _parse, _tuning, contract
+from ingest import _parse, _read, _tuning, contract
 from ingest._block_index import BlockIndex
-from ingest._blocks import parse_blocks
+from ingest._blocks import check_blocks, parse_blocks
 
 if TYPE_CHECKING:
     from ingest._request import Request
@@ -95,38 +95,10 @@ def _block_reads(index: BlockIndex, req: Request):
     def reads(blocks):
         """The blocks' records, each with its position in `blocks`, and a check that the files exist."""
         names = tf.gather(files, tf.gather(file_of, blocks))
-        if remote:
-            # One listing per window would be a request per window, and its error would name the
-            # directory: on object storage TensorFlow's own NotFoundError names the missing object.
-            positions = tf.range(tf.size(blocks, out_type=tf.int64))
-            return tf.data.Dataset.from_tensor_slices(
-                (positions, names, tf.gather(offsets, blocks), tf.gather(lengths, blocks))
-            ).flat_map(one)
-        # Each file is looked up once per window before its blocks are opened, for an error
-        # that says what is missing and what to do.
-        unique, which = tf.unique(names)
-        listed = tf.math.unsorted_segment_max(tf.gather(per_file, tf.gather(file_of, blocks)), which, tf.size(unique))
-        escaped = tf.strings.regex_replace(unique, r"([*?\[\]\\])", r"\\\1")
-        found = tf.io.matching_files(escaped)
-        present = tf.reduce_any(tf.equal(unique[:, None], found[None, :]), axis=1)
-        missing = tf.boolean_mask(unique, tf.logical_not(present))
-        blocks_listed = tf.strings.as_string(tf.boolean_mask(listed, tf.logical_not(present)))
-        exists = tf.debugging.Assert(
-            tf.size(missing) == 0,
-            [
-                tf.strings.join(
-                    [
-                        "shard ",
-                        tf.strings.reduce_join(missing[:1]),
-                        f" is missing: {contract.METADATA_FILENAME} lists it with ",
-                        tf.strings.reduce_join(blocks_listed[:1]),
-                        " blocks, but the file does not exist (deleted or moved after conversion?). Restore the "
-                        "file or reconvert the dataset, or pass skip_corrupt=True to skip its records.",
-                    ]
-                )
-            ],
-        )
-        with tf.control_dependencies([exists]):
+        # On object storage a listing per window would be a request per window, and its error
+        # would name the directory: there TensorFlow's own NotFoundError names the missing object.
+        checks = [] if remote else [_files_exist(names, tf.gather(per_file, tf.gather(file_of, blocks)))]
+        with tf.control_dependencies(checks):
             positions = tf.range(tf.size(blocks, out_type=tf.int64))
         ds = tf.data.Dataset.from_tensor_slices(
             (positions, names, tf.gather(offsets, blocks), tf.gather(lengths, blocks))
@@ -136,41 +108,67 @@ def _block_reads(index: BlockIndex, req: Request):
     return reads
 
 
+def _files_exist(names, blocks_per_file) -> tf.Operation:
+    """Fails naming the first of `names` (the window's blocks' files) that does not exist.
+
+    Each file is looked up once per window before its blocks are opened, for an error that
+    says what is missing and what to do.
+    """
+    unique, which = tf.unique(names)
+    listed = tf.math.unsorted_segment_max(blocks_per_file, which, tf.size(unique))
+    found = tf.io.matching_files(_read.glob_escaped(unique))
+    present = tf.reduce_any(tf.equal(unique[:, None], found[None, :]), axis=1)
+    missing = tf.boolean_mask(unique, tf.logical_not(present))
+    blocks_listed = tf.strings.as_string(tf.boolean_mask(listed, tf.logical_not(present)))
+    return tf.debugging.Assert(
+        tf.size(missing) == 0,
+        [
+            tf.strings.join(
+                [
+                    "shard ",
+                    tf.strings.reduce_join(missing[:1]),
+                    f" is missing: {contract.METADATA_FILENAME} lists it with ",
+                    tf.strings.reduce_join(blocks_listed[:1]),
+                    " blocks, but the file does not exist (deleted or moved after conversion?). Restore the "
+                    "file or reconvert the dataset, or pass skip_corrupt=True to skip its records.",
+                ]
+            )
+        ],
+    )
+
+
 def _all_read(positions, blocks, index: BlockIndex, names) -> tf.Operation:
     """Fails naming the first block of the window that was not there to read."""
-    n = tf.size(blocks, out_type=tf.int64)
-    ok = tf.equal(tf.size(positions, out_type=tf.int64), n)
-
-    def describe():
-        got = tf.scatter_nd(positions[:, None], tf.ones_like(positions), tf.reshape(n, [1]))
-        i = tf.argmin(got, output_type=tf.int64)
-        b = blocks[i]
-        return tf.strings.join(
+    read = tf.scatter_nd(
+        positions[:, None], tf.ones_like(positions), tf.reshape(tf.size(blocks, out_type=tf.int64), [1])
+    )
+    in_shard, offsets = tf.constant(index.block_in_shard), tf.constant(index.offsets)
+    return check_blocks(
+        read > 0,
+        lambda i: tf.strings.join(
             [
                 "shard ",
                 names[i],
                 " ends before its block ",
-                tf.strings.as_string(tf.gather(tf.constant(index.block_in_shard), b)),
+                tf.strings.as_string(tf.gather(in_shard, blocks[i])),
                 " (byte offset ",
-                tf.strings.as_string(tf.gather(tf.constant(index.offsets), b)),
+                tf.strings.as_string(tf.gather(offsets, blocks[i])),
                 "): it was cut after the dataset was built. Reconvert the dataset, or pass skip_corrupt=True "
                 "to skip the rest of a bad shard.",
             ]
-        )
+        ),
+    )
 
-    return tf.debugging.Assert(ok, [tf.cond(ok, lambda: tf.constant(""), describe)])
 
-
-def _rows_check(got, expected, index: BlockIndex, blocks, names):
-    ok = tf.reduce_all(tf.equal(got, expected))
-
-    def describe():
-        i = tf.argmax(tf.cast(tf.not_equal(got, expected), tf.int32), output_type=tf.int64)
-        b = blocks[i]
-        return tf.strings.join(
+def _rows_check(got, expected, index: BlockIndex, blocks, names) -> tf.Operation:
+    """Fails naming the first block whose `__rows__` differ from what the metadata gives it."""
+    in_shard = tf.constant(index.block_in_shard)
+    return check_blocks(
+        tf.equal(got, expected),
+        lambda i: tf.strings.join(
             [
                 "block ",
-                tf.strings.as_string(tf.gather(tf.constant(index.block_in_shard), b)),
+                tf.strings.as_string(tf.gather(in_shard, blocks[i])),
                 " of shard ",
                 names[i],
                 " holds ",
@@ -180,9 +178,8 @@ def _rows_check(got, expected, index: BlockIndex, blocks, names):
                 f". The shard was replaced after conversion, or {contract.METADATA_FILENAME} comes from another "
                 "conversion. Reconvert the dataset.",
             ]
-        )
-
-    return tf.debugging.Assert(ok, [tf.cond(ok, lambda: tf.constant(""), describe)])
+        ),
+    )
 
 
 def _key(passes, index):

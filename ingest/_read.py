@@ -25,7 +25,7 @@ from ingest import _tuning, contract
 if TYPE_CHECKING:
     from ingest._request import Request
 
-__all__ = ["check_shards_exist", "records", "shard_plan", "skipped_corrupt_records"]
+__all__ = ["check_shards_exist", "glob_escaped", "records", "shard_plan", "skipped_corrupt_records"]
 
 logger = logging.getLogger(__name__)
 
@@ -146,9 +146,13 @@ def _rows_in_blocks(blocks):
     return tf.reduce_sum(tf.io.parse_example(blocks, spec)[contract.BLOCK_ROWS_FEATURE])
 
 
+def glob_escaped(names):
+    """Paths as matching_files patterns that match only themselves (glob characters escaped)."""
+    return tf.strings.regex_replace(names, r"([*?\[\]\\])", r"\\\1")
+
+
 def _exists_in_graph(filename):
-    # matching_files takes a pattern: escape glob characters so the path matches only itself.
-    return tf.size(tf.io.matching_files(tf.strings.regex_replace(filename, r"([*?\[\]\\])", r"\\\1"))) > 0
+    return tf.size(tf.io.matching_files(glob_escaped(filename))) > 0
 
 
 def _reader(req: Request):

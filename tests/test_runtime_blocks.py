@@ -7,6 +7,7 @@ several shards and two splits, with the metadata the conversion would write.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -281,6 +282,24 @@ def test_a_shard_with_a_block_too_many_or_too_few_is_an_error_naming_it(blocks_c
     streaming = ingest.ReadOptions(seekable_order=False)
     with pytest.raises(tf.errors.OpError, match=expected):
         _ids(ingest.make_dataset(blocks_copy, batch_size=64, shuffle=False, options=streaming))
+
+
+def test_a_shard_cut_after_the_dataset_was_built_names_the_first_missing_block(blocks_copy):
+    path = _shard_path(blocks_copy)
+    frames = _frames(path)
+    ds = ingest.make_dataset(blocks_copy, batch_size=64, shuffle=False)  # indexed while whole
+    _rewrite(path, frames[:2])
+    with pytest.raises(tf.errors.OpError, match=rf"shard {re.escape(path)} ends before its block 2 \(byte offset"):
+        _ids(ds)
+
+
+def test_blocks_holding_other_row_counts_than_the_metadata_are_named(blocks_copy):
+    meta = os.path.join(blocks_copy, contract.METADATA_FILENAME)
+    info = json.loads(open(meta).read())
+    info["block_rows"] = K // 2  # the shards hold blocks of K rows
+    open(meta, "w").write(json.dumps(info))
+    with pytest.raises(tf.errors.OpError, match=rf"block 0 of shard .* holds {K} rows, its metadata says {K // 2}"):
+        _ids(ingest.make_dataset(blocks_copy, batch_size=64, shuffle=False))
 
 
 def test_skip_corrupt_on_blocks_counts_the_lost_rows(blocks_copy):
