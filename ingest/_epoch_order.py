@@ -187,14 +187,13 @@ def _key(passes, index):
     return passes * (1 << 32) + index
 
 
-def _within_epochs(take, seed, key, w, window: int, total_rows: int):
-    """A permutation of the window's rows keyed by (seed, w) that keeps each epoch's rows together.
+def _within_epochs(n, seed, key, w, window: int, total_rows: int):
+    """A permutation of the window's `n` rows keyed by (seed, w) that keeps each epoch's rows together.
 
     A window may straddle epochs (its size is a multiple of the batch size, not of the
     split): its rows are permuted within each epoch's part, so every epoch of the stream
     is still a permutation of the split, and the epochs follow each other.
     """
-    n = tf.size(take, out_type=tf.int64)
     permutation = tf.random.experimental.stateless_shuffle(tf.range(n), seed=tf.stack([seed, 2 * key + 1]))
     start = w * window
     epoch_of = (start + permutation) // total_rows
@@ -243,25 +242,25 @@ def seekable_block_batches(req: Request, index: BlockIndex) -> tf.data.Dataset:
         )
         start = w * window
         stop = start + window if stream is None else tf.minimum(start + window, stream)
-        position = tf.range(start, stop, dtype=tf.int64)
         epochs = tf.range(start // total_rows, (stop - 1) // total_rows + 1, dtype=tf.int64)
         orders = tf.map_fn(lambda e: epoch_order(seed, _key(this_pass, e)), epochs, fn_output_signature=tf.int64)
-        # Where each epoch's blocks end in the stream; rows find their block by a search.
+        # Where each epoch's blocks end in the stream. The window's rows are consecutive in
+        # the stream, so they are consecutive in its blocks parsed in order: the blocks from
+        # the one holding `start` to the one holding `stop - 1`, less `skip` rows at the head.
         ends = tf.reshape(tf.cumsum(tf.gather(rows_of, orders), axis=1) + epochs[:, None] * total_rows, [-1])
         orders = tf.reshape(orders, [-1])
-        piece = tf.searchsorted(ends, position, side="right", out_type=tf.int64)
-        row_in_block = position - tf.gather(ends, piece) + tf.gather(rows_of, tf.gather(orders, piece))
-        pieces, piece_of_row = tf.unique(piece, out_idx=tf.int64)
+        first, last = tf.unstack(tf.searchsorted(ends, tf.stack([start, stop - 1]), side="right", out_type=tf.int64))
+        skip = start - ends[first] + tf.gather(rows_of, orders[first])
         with tf.control_dependencies([same]):
-            blocks = tf.gather(orders, pieces)
-        return seed, _key(this_pass, w), w, blocks, piece_of_row, row_in_block
+            blocks = orders[first : last + 1]
+        return seed, _key(this_pass, w), w, blocks, skip, stop - start
 
-    def read(seed, key, w, blocks, piece_of_row, row_in_block):
+    def read(seed, key, w, blocks, skip, rows):
         # A block short of its frame (a file cut after indexing) yields nothing: _all_read names it.
         serialized = reads(blocks).batch(tf.size(blocks, out_type=tf.int64))
-        return serialized.map(lambda positions, s: (seed, key, w, blocks, positions, s, piece_of_row, row_in_block))
+        return serialized.map(lambda positions, s: (seed, key, w, blocks, positions, s, skip, rows))
 
-    def rows_of_window(seed, key, w, blocks, positions, serialized, piece_of_row, row_in_block):
+    def rows_of_window(seed, key, w, blocks, positions, serialized, skip, rows):
         names = tf.gather(files, tf.gather(file_of, blocks))
         with tf.control_dependencies([_all_read(positions, blocks, index, names)]):
             serialized = tf.identity(serialized)
@@ -269,9 +268,8 @@ def seekable_block_batches(req: Request, index: BlockIndex) -> tf.data.Dataset:
         expected = tf.gather(rows_of, blocks)
         check = _rows_check(rows_per_block, expected, index, blocks, names)
         with tf.control_dependencies([check]):
-            take = tf.gather(tf.cumsum(rows_per_block, exclusive=True), piece_of_row) + row_in_block
-        if shuffle:
-            take = tf.gather(take, _within_epochs(take, seed, key, w, window, total_rows))
+            order = _within_epochs(rows, seed, key, w, window, total_rows) if shuffle else tf.range(rows)
+        take = skip + order
         rows = {name: tf.gather(column, take) for name, column in values.items()}
         return split_label(padded(rows))
 
