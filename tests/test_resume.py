@@ -175,3 +175,24 @@ def test_without_shuffle_the_order_is_the_shards_in_turn(dataset):
     spec = [f for f in info.features if f.name == "id"]
     written = parse_blocks(tf.stack(list(records)), spec)["id"].numpy().tolist()
     assert ids[:first] == written
+
+
+@pytest.mark.slow
+def test_training_killed_mid_epoch_resumes_to_the_same_weights(dataset, tmp_path):
+    """The README's recipe: killed after step 25 (last checkpoint at 20), rerun, it ends where an
+    uninterrupted run ends: the same batches were trained on, in the same order."""
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+    def train(directory, die_after, out):
+        args = [dataset, str(directory), str(EPOCH + 30), str(die_after), str(out)]  # crosses an epoch
+        return subprocess.run(
+            [sys.executable, "tests/train_resume_child.py", *args], capture_output=True, text=True, env=env, timeout=300
+        )
+
+    whole = train(tmp_path / "whole", 0, tmp_path / "whole.npy")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    killed = train(tmp_path / "killed", 25, tmp_path / "killed.npy")
+    assert killed.returncode == 3 and not (tmp_path / "killed.npy").exists(), killed.stderr[-3000:]
+    resumed = train(tmp_path / "killed", 0, tmp_path / "killed.npy")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    np.testing.assert_array_equal(np.load(tmp_path / "killed.npy"), np.load(tmp_path / "whole.npy"))
