@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from beam_jobs import _plan, _sources
 from beam_jobs._tfrecord import frames_data, key_ranges
 
-__all__ = ["Typed", "typed", "Routing", "routed"]
+__all__ = ["Typed", "typed", "Routing", "splits_of", "route", "routed"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,15 +63,19 @@ class Routing:
     seed: int
 
 
-def route(hashes: np.ndarray, routing: Routing, where: tuple, first_record: dict):
+def splits_of(hashes: np.ndarray, routing: Routing) -> np.ndarray:
+    """Each record's split index, decided by its hash."""
+    return _plan.assign_splits(hashes, dict(routing.splits))
+
+
+def route(split_of: np.ndarray, routing: Routing, where: tuple, first_record: dict):
     """Yields (split, shard, row indices in writing order) for every shard the chunk feeds.
 
-    `hashes` decide each record's split; `where` is the chunk's (file index, part,
+    `split_of` is each record's split (`splits_of`); `where` is the chunk's (file index, part,
     chunk index) and `first_record[split]` how many records of that split the file part
     held before it: together they place records in shards (`_plan.assign_shards`).
     """
     file_index, part, chunk_index = where
-    split_of = _plan.assign_splits(hashes, dict(routing.splits))
     for s in np.unique(split_of):
         s = int(s)
         ids = np.flatnonzero(split_of == s)
@@ -97,9 +101,9 @@ def route(hashes: np.ndarray, routing: Routing, where: tuple, first_record: dict
             yield s, shard, ordered[first:end]
 
 
-def routed(frames: pa.Array, hashes: np.ndarray, routing: Routing, where: tuple, first_record: dict):
+def routed(frames: pa.Array, split_of: np.ndarray, routing: Routing, where: tuple, first_record: dict):
     """Yields (split, shard, frame bytes, frame lengths) for every shard the chunk feeds (`route`)."""
-    for s, shard, rows in route(hashes, routing, where, first_record):
+    for s, shard, rows in route(split_of, routing, where, first_record):
         whole = len(rows) == len(frames) and np.all(rows[1:] > rows[:-1])
         data, lengths = frames_data(frames if whole else frames.take(rows))
         yield s, shard, data, lengths

@@ -39,6 +39,7 @@ class JobConfig:
     overwrite: bool = False
     layout: str = "rows"  # "rows" | "blocks" (docs/block_format.md)
     block_rows: int | None = None  # rows per block, for the blocks layout
+    statistics: bool = True  # per-feature statistics in the metadata (_feature_stats)
 
     @classmethod
     def of(cls, opts: JobOptions, source: Source, *, tmp_dir: str, label: str | None) -> "JobConfig":
@@ -60,6 +61,7 @@ class JobConfig:
             overwrite=opts.overwrite,
             layout=layout,
             block_rows=opts.block_rows if layout == "blocks" else None,
+            statistics=opts.statistics,
         )
 
     @property
@@ -102,6 +104,7 @@ class JobConfig:
             "max_bad_fraction": self.max_bad_fraction,
             "layout": self.layout,
             "block_rows": self.block_rows,
+            "statistics": self.statistics,
             **self.source.recorded(),
         }
 

@@ -18,6 +18,7 @@ from beam_jobs._config import Decided, JobConfig
 from beam_jobs._errors import ConversionError
 from beam_jobs._stats import ConversionStats
 from ingest import contract
+from ingest.statistics import Statistics
 
 logger = logging.getLogger(__name__)
 
@@ -166,6 +167,7 @@ def _commit_plan(cfg: JobConfig, shards: list, stats: ConversionStats, quarantin
         warnings=tuple(f"split {name!r} received no records" for name in empty),
         layout=cfg.layout,
         block_rows=cfg.block_rows,
+        statistics=Statistics.from_json(stats.statistics_json(cfg.split_names)) if cfg.statistics else None,
     )
     return {"moves": moves, "metadata": info.to_json(), "old_files": sorted(old), "empty_splits": empty}
 

@@ -35,7 +35,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_jobs import _chunk, _commit, _fragments
+from beam_jobs import _chunk, _commit, _feature_stats, _fragments
 from beam_jobs._background import BackgroundWriter, prefetched
 from beam_jobs._commit_blocks import run_bytes, write_block_shard
 from beam_jobs._config import JobConfig
@@ -94,6 +94,10 @@ class _ConvertFiles(beam.DoFn):
         file_index, _, byte_range = item
         part = byte_range.index if byte_range is not None else 0
         decided = cfg.decide(type_counts)
+        self._kinds = {
+            name: _feature_stats.kind_of(dtype, name not in decided.binary)
+            for name, (dtype, _) in decided.types.items()
+        }
         routing = _chunk.Routing(cfg.splits, decided.num_shards, cfg.shuffle, cfg.seed)
         position: dict = {}  # split -> records of this file part so far
         path, chunks = cfg.source.read(item)
@@ -117,6 +121,7 @@ class _ConvertFiles(beam.DoFn):
         if not good:
             return
         self._stats.add_features(done.cols, good)
+        file_index, part, chunk_index = where
         # The split comes from a hash of the row record's bytes (the same split in both
         # layouts) or of the --split_key value. Blocks encode row records only for that
         # hash: not at all with one split or a key.
@@ -128,16 +133,17 @@ class _ConvertFiles(beam.DoFn):
             hashes = _chunk.key_hashes(next(arr for name, _, arr in done.cols if name == cfg.split_key))
         else:
             hashes = crcs if encoded else np.zeros(good, np.uint32)
+        split_of = _chunk.splits_of(hashes, routing)
         added: dict = {}
         if cfg.layout == "blocks":
             # Columns, not blocks: the commit shuffles rows first, then cuts blocks (_commit_blocks).
-            for split, shard, rows in _chunk.route(hashes, routing, where, position):
+            for split, shard, rows in _chunk.route(split_of, routing, where, position):
                 data = run_bytes(done.cols, rows)
                 self._fragments.append(split, shard, where, data, [len(data)], rows=len(rows))
                 added[split] = added.get(split, 0) + len(rows)
         else:
             for split, shard, data, lengths in _chunk.routed(
-                frames_array(buf, frame_offsets), hashes, routing, where, position
+                frames_array(buf, frame_offsets), split_of, routing, where, position
             ):
                 self._fragments.append(split, shard, where, data, lengths)
                 added[split] = added.get(split, 0) + len(lengths)
@@ -145,6 +151,9 @@ class _ConvertFiles(beam.DoFn):
             position[split] = position.get(split, 0) + n
             self._stats.add_records(cfg.splits[split][0], n)
         self._records.inc(good)
+        if cfg.statistics:
+            keys = _feature_stats.chunk_keys(good, [cfg.seed, file_index, part, chunk_index])
+            self._stats.add_statistics(done.cols, self._kinds, split_of, cfg.split_names, keys)
 
     def _quarantine_rows(self, bad):
         if not bad:

@@ -8,10 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from beam_jobs._feature_stats import FeatureStats
+
 __all__ = ["ConversionStats"]
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_large_list(t) or pa.types.is_list(t) or pa.types.is_fixed_size_list(t)
 
 
 def _add(into: dict, key, n: int) -> None:
@@ -28,6 +35,7 @@ class ConversionStats:
     max_len: dict = dataclasses.field(default_factory=dict)  # list feature -> longest list
     reasons: dict = dataclasses.field(default_factory=dict)  # quarantine kind -> rows
     counters: dict = dataclasses.field(default_factory=dict)  # source-specific counts (image formats, actions)
+    statistics: dict = dataclasses.field(default_factory=dict)  # split name -> {feature: FeatureStats}
 
     def add_bad(self, kinds) -> None:
         for kind in kinds:
@@ -46,10 +54,26 @@ class ConversionStats:
         for name, _, arr in cols:
             present = pc.sum(arr.is_valid()).as_py() or 0
             _add(self.missing, name, n - present)
-            if pa.types.is_large_list(arr.type) or pa.types.is_list(arr.type) or pa.types.is_fixed_size_list(arr.type):
+            if _is_list(arr.type):
                 lengths = pc.list_value_length(arr).drop_null()
                 if len(lengths):
                     self._lengths(name, pc.min(lengths).as_py(), pc.max(lengths).as_py())
+
+    def add_statistics(self, cols, kinds: dict, split_of: np.ndarray, split_names: tuple, keys) -> None:
+        """Per-split statistics of good records' columns [(name, dtype, arr)]; `split_of`: each row's split,
+        `keys`: the rows' sampling keys (`_feature_stats.chunk_keys`)."""
+        parts = [(int(split_of[0]), None)] if len(split_of) and (split_of == split_of[0]).all() else None
+        if parts is None:
+            parts = [(int(s), np.flatnonzero(split_of == s)) for s in np.unique(split_of)]
+        for s, rows in parts:
+            mine = self.statistics.setdefault(split_names[s], {})
+            take = None if rows is None else pa.array(rows)
+            split_keys = None if rows is None else keys.subset(rows)
+            for name, dtype, arr in cols:
+                stats = mine.get(name)
+                if stats is None:
+                    stats = mine[name] = FeatureStats(dtype, kinds[name], _is_list(arr.type))
+                stats.add(arr if take is None else arr.take(take), keys if rows is None else split_keys)
 
     def _lengths(self, name: str, lo: int, hi: int) -> None:
         self.min_len[name] = min(lo, self.min_len.get(name, lo))
@@ -71,4 +95,24 @@ class ConversionStats:
                     _add(mine, k, v)
             for name, lo in s.min_len.items():
                 out._lengths(name, lo, s.max_len[name])
+            for split, features in s.statistics.items():
+                mine = out.statistics.setdefault(split, {})
+                for name, stats in features.items():
+                    if name not in mine:
+                        mine[name] = FeatureStats.like(stats)  # inputs stay as they were
+                    mine[name].merge(stats)
         return out
+
+    def statistics_json(self, split_names) -> dict:
+        """{"overall": {feature: {...}}, "splits": {split: {feature: {...}}}} for the metadata."""
+        splits = {split: {n: s.to_json() for n, s in self.statistics.get(split, {}).items()} for split in split_names}
+        filled = [split for split in split_names if self.statistics.get(split)]
+        if len(filled) == 1:
+            return {"overall": splits[filled[0]], "splits": splits}
+        overall: dict = {}
+        for split in filled:
+            for name, stats in self.statistics[split].items():
+                if name not in overall:
+                    overall[name] = FeatureStats.like(stats)
+                overall[name].merge(stats)
+        return {"overall": {n: s.to_json() for n, s in overall.items()}, "splits": splits}

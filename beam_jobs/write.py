@@ -79,6 +79,8 @@ class WriteDataset(beam.PTransform):
       max_bad_fraction: fail when more of the rows are quarantined.
       overwrite: replace a dataset in `output` (the old one stays readable until the new
         metadata lands).
+      statistics: record per-feature statistics in the metadata (`ingest describe`,
+        `ingest.feature_space`); they cost ~5% of the conversion's time.
       layout, block_rows: "blocks" (the default: up to `block_rows` rows per
         tf.train.Example, column by column; docs/block_format.md) or "rows" (one
         tf.train.Example per row, for TFX, TFDV and other tf.Example readers).
@@ -103,6 +105,7 @@ class WriteDataset(beam.PTransform):
         stale_job_hours: float = _output.DEFAULT_STALE_HOURS,
         layout: str | None = None,
         block_rows: int = DEFAULT_BLOCK_ROWS,
+        statistics: bool = True,
         batch_rows: int = 4096,
     ):
         super().__init__()
@@ -125,6 +128,7 @@ class WriteDataset(beam.PTransform):
             stale_job_hours=stale_job_hours,
             layout=layout,
             block_rows=block_rows,
+            statistics=statistics,
         )
         self._label, self._columns, self._batch_rows = label, tuple(columns or ()), batch_rows
 

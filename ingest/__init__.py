@@ -29,6 +29,7 @@ __all__ = [
     "measure_train_step",
     "IdleReport",
     "diagnose",
+    "feature_space",
 ]
 
 _LAZY = {
@@ -38,6 +39,7 @@ _LAZY = {
     "measure_train_step": "ingest._idle",
     "IdleReport": "ingest._idle",
     "diagnose": "ingest._diagnose",
+    "feature_space": "ingest._feature_space",
     "distribute": "ingest._distribute",
     "load_info": "ingest._info",
     "DatasetNotFoundError": "ingest._info",

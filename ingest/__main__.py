@@ -1,6 +1,7 @@
 """The `ingest` command line.
 
 python -m ingest diagnose PATH --step_time_ms T
+python -m ingest describe PATH [--split S] [--plot out.png]
 python -m ingest service dispatcher --port 5050
 python -m ingest service worker --dispatcher grpc://HOST:5050 [--port 5051]
 """
@@ -51,6 +52,10 @@ def main(argv=None) -> int:
     d.add_argument("--split", default="train")
     d.add_argument("--preprocess", help="MODULE:FUNCTION applied to each batch, as passed to make_dataset")
     d.add_argument("--max_records", "--max-records", type=int, default=200_000, help="records measured per stage")
+    desc = sub.add_parser("describe", help="the statistics recorded at conversion: tables, and a PNG with --plot")
+    desc.add_argument("path", help="a converted dataset (local or gs://)")
+    desc.add_argument("--split", help="one split's statistics (default: all splits together)")
+    desc.add_argument("--plot", help="write histograms and top values of every feature to this PNG")
     svc = sub.add_parser("service", help="run a tf.data service dispatcher or worker (until stopped)")
     roles = svc.add_subparsers(dest="role", required=True)
     disp = roles.add_parser("dispatcher", help="hands out work and tracks workers")
@@ -89,6 +94,8 @@ def main(argv=None) -> int:
         return 1
     if args.command == "service":
         return _service(args)
+    if args.command == "describe":
+        return _describe(args)
 
     from ingest._diagnose import diagnose
 
@@ -111,6 +118,22 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(result.report())
+    return 0
+
+
+def _describe(args) -> int:
+    from ingest import _describe, _info
+
+    try:
+        info = _info.load_info(args.path)
+        print(_describe.describe(info, args.path, args.split))
+        if args.plot:
+            panels = _describe.plot(info, args.plot, args.split)
+            print(f"\nwrote {args.plot} ({panels} features)")
+    except (ValueError, KeyError, FileNotFoundError, ImportError) as e:
+        message = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"error: {message}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -13,6 +13,8 @@ import json
 import re
 from typing import Any, Mapping
 
+from ingest.statistics import Statistics
+
 __all__ = [
     "FORMAT_VERSION",
     "READABLE_VERSIONS",
@@ -294,6 +296,9 @@ class DatasetInfo:
     # Example, column by column (docs/block_format.md).
     layout: str = "rows"
     block_rows: int | None = None
+    # Per-feature statistics recorded at conversion (`ingest.statistics`); None when the
+    # conversion ran with --no_statistics, or before they existed.
+    statistics: Statistics | None = None
 
     def __post_init__(self):
         if self.compression not in COMPRESSIONS:
@@ -345,6 +350,7 @@ class DatasetInfo:
                 **({"labels": list(self.labels)} if self.labels else {}),
                 **({"image": dict(self.image)} if self.image else {}),
                 **({"warnings": list(self.warnings)} if self.warnings else {}),
+                **({"statistics": self.statistics.to_json()} if self.statistics is not None else {}),
             },
             indent=2,
             sort_keys=False,
@@ -396,4 +402,5 @@ class DatasetInfo:
             warnings=tuple(warnings),
             layout=_typed(d, "layout", str, "metadata", default="rows"),
             block_rows=_typed(d, "block_rows", (int, type(None)), "metadata", default=None),
+            statistics=Statistics.from_json(d["statistics"]) if d.get("statistics") is not None else None,
         )

@@ -70,8 +70,8 @@ def _frames(n: int) -> pa.Array:
 def test_routed_places_every_record_once_and_is_deterministic(shuffle):
     routing = _chunk.Routing(splits=(("train", 0.75), ("eval", 0.25)), num_shards=(3, 2), shuffle=shuffle, seed=7)
     hashes = np.arange(200, dtype=np.uint32) * np.uint32(2654435761)
-    pieces = list(_chunk.routed(_frames(200), hashes, routing, (0, 0, 0), {}))
-    again = list(_chunk.routed(_frames(200), hashes, routing, (0, 0, 0), {}))
+    pieces = list(_chunk.routed(_frames(200), _chunk.splits_of(hashes, routing), routing, (0, 0, 0), {}))
+    again = list(_chunk.routed(_frames(200), _chunk.splits_of(hashes, routing), routing, (0, 0, 0), {}))
     assert [(s, h, bytes(d)) for s, h, d, _ in pieces] == [(s, h, bytes(d)) for s, h, d, _ in again]
     seen = sorted(b for _, _, d, _ in pieces for b in bytes(d))
     assert seen == sorted(np.arange(200, dtype=np.uint8).tolist())

@@ -1,0 +1,189 @@
+"""`ingest describe`: the statistics recorded at conversion as tables and one PNG.
+
+Reads only the metadata file: no records.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ingest import contract
+from ingest.statistics import FeatureStatistics
+
+__all__ = ["describe", "plot"]
+
+_TOP_SHOWN = 3  # values per text feature in the table
+_MAX_PANELS = 24  # features plotted; more would make each panel unreadable
+_BARS = 10  # values per text panel
+_BINS = 30  # bars per number histogram
+
+
+def _n(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        if v != v or abs(v) == math.inf:
+            return str(v)
+        return f"{v:,.4g}" if abs(v) < 1e5 else f"{v:,.3e}"
+    return f"{v:,}"
+
+
+def _kind(f: contract.FeatureSpec) -> str:
+    base = "text" if f.text else f.dtype
+    if f.is_scalar:
+        return base
+    return f"{base}[{f.shape[0] if f.shape[0] is not None else ''}]"
+
+
+def _tops(s: FeatureStatistics) -> str:
+    total = s.values or s.count
+    shown = ", ".join(f"{t.value!r} {100 * t.count / max(total, 1):.0f}%" for t in s.top[:_TOP_SHOWN])
+    more = "" if s.distinct is None or s.distinct <= _TOP_SHOWN else ", ..."
+    return shown + more
+
+
+def _table(rows: list, columns: list) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    lines += ["| " + " | ".join(str(r.get(c, "")) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def feature_rows(info: contract.DatasetInfo, stats) -> list:
+    rows = []
+    for f in info.features:
+        s = stats.get(f.name)
+        if s is None:
+            continue
+        total = s.count + s.missing
+        row = {
+            "feature": f.name + (" (label)" if f.name == info.label else ""),
+            "type": _kind(f),
+            "missing": f"{100 * s.missing / total:.1f}%" if total else "",
+            "min": _n(s.min),
+            "mean": _n(s.mean),
+            "max": _n(s.max),
+            "std": _n(s.std),
+        }
+        if s.distinct is not None:
+            row["distinct"] = f"{s.distinct:,}" + ("" if s.distinct_exact else " (approx.)")
+            row["top values"] = _tops(s)
+        if s.length is not None and s.min is None:
+            row["min"], row["mean"], row["max"] = (_n(s.length.min), _n(s.length.mean), _n(s.length.max))
+            row["type"] += " (length)"
+        if s.nan or s.inf:
+            row["std"] += f" ({s.nan} NaN, {s.inf} inf)"
+        rows.append(row)
+    return rows
+
+
+def label_rows(info: contract.DatasetInfo) -> list:
+    """The label's value counts per split, with each split's share."""
+    st = info.statistics
+    if info.label is None or st is None:
+        return []
+    splits = [s.name for s in info.splits if info.label in st.splits.get(s.name, {})]
+    per = {split: st.feature(info.label, split) for split in splits}
+    overall = st.feature(info.label)
+    values = [t.value for t in overall.top]
+    rows = []
+    for v in values:
+        name = info.labels[v] if info.labels and isinstance(v, int) and 0 <= v < len(info.labels) else v
+        row = {"label": f"{name!r}"}
+        for split, s in per.items():
+            count = next((t.count for t in s.top if t.value == v), 0)
+            row[split] = f"{count:,} ({100 * count / max(s.count, 1):.1f}%)"
+        rows.append(row)
+    return rows
+
+
+def describe(info: contract.DatasetInfo, path: str, split: str | None = None) -> str:
+    if info.statistics is None:
+        raise ValueError(
+            f"{path} has no statistics: it was converted with --no_statistics or by an older ingest; "
+            "reconvert it to record them"
+        )
+    stats = info.statistics.of(split)
+    records = {s.name: s.records for s in info.splits}
+    out = [
+        f"{path}: {sum(records.values()):,} records ("
+        + ", ".join(f"{k} {v:,}" for k, v in records.items())
+        + f"), {len(info.features)} features, layout {info.layout}, converted {info.created}",
+        "",
+        f"Features ({'split ' + repr(split) if split else 'all splits'}):",
+        "",
+    ]
+    columns = ["feature", "type", "missing", "min", "mean", "max", "std", "distinct", "top values"]
+    out.append(_table(feature_rows(info, stats), columns))
+    labels = label_rows(info)
+    if labels:
+        out += ["", f"Label {info.label!r} per split:", "", _table(labels, list(labels[0]))]
+    q = info.quarantine or {}
+    out += ["", f"Quarantine: {q.get('records', 0):,} records"]
+    if q.get("records"):
+        reasons = ", ".join(f"{k} {v:,}" for k, v in (q.get("reasons") or {}).items())
+        out[-1] += f" ({reasons}) in {info_path(path, q.get('path', contract.QUARANTINE_DIRNAME + '/'))}"
+    return "\n".join(out)
+
+
+def info_path(path: str, rel: str) -> str:
+    return f"{path.rstrip('/')}/{rel}"
+
+
+def _histogram(s: FeatureStatistics):
+    """Equal-width bars from the recorded percentiles (the CDF is linear between them)."""
+    import numpy as np
+
+    q = np.asarray(s.quantiles, float)
+    lo, hi = q[0], q[-1]
+    if hi <= lo:
+        return np.array([lo, lo + 1]), np.array([1.0])
+    edges = np.linspace(lo, hi, _BINS + 1)
+    ranks = np.linspace(0, 1, len(q))
+    cdf = np.interp(edges, q, ranks)
+    return edges, np.diff(cdf)
+
+
+def plot(info: contract.DatasetInfo, out: str, split: str | None = None) -> int:
+    """Writes histograms (numbers) and top-value bars (text) as one PNG; returns the panel count."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    stats = info.statistics.of(split)
+    shown = [f for f in info.features if f.name in stats and (stats[f.name].quantiles or stats[f.name].top)]
+    shown = shown[:_MAX_PANELS]
+    cols = min(4, max(1, len(shown)))
+    rows = math.ceil(len(shown) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
+    for ax in axes.flat[len(shown) :]:
+        ax.axis("off")
+    for ax, f in zip(axes.flat, shown):
+        s = stats[f.name]
+        if s.quantiles and (s.distinct is None or s.distinct > _BARS):
+            edges, share = _histogram(s)
+            ax.bar(edges[:-1], 100 * share, width=edges[1:] - edges[:-1], align="edge", color="#4878a8")
+            ax.set_ylabel("% of values")
+        else:
+            top = list(s.top[:_BARS])[::-1]
+            total = max(s.values or s.count, 1)
+            labels = [_label_text(info, f, t.value) for t in top]
+            ax.barh(labels, [100 * t.count / total for t in top], color="#d08838")
+            ax.set_xlabel("% of values")
+            ax.tick_params(axis="y", labelsize=8)
+        missing = 100 * s.missing / max(s.count + s.missing, 1)
+        title = f"{f.name} ({_kind(f)})" + (f", {missing:.0f}% missing" if s.missing else "")
+        ax.set_title(title + (" [label]" if f.name == info.label else ""), fontsize=10)
+    where = f"split {split!r}" if split else "all splits"
+    fig.suptitle(f"{sum(s.records for s in info.splits):,} records, {where}", fontsize=12)
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return len(shown)
+
+
+def _label_text(info: contract.DatasetInfo, f: contract.FeatureSpec, value) -> str:
+    if f.name == info.label and info.labels and isinstance(value, int) and 0 <= value < len(info.labels):
+        return str(info.labels[value])
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 18 else text[:17] + "…"

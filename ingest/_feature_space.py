@@ -1,0 +1,160 @@
+"""A Keras `FeatureSpace` adapted from the statistics recorded at conversion: no pass over the data.
+
+    fs = ingest.feature_space("gs://bucket/ds", features={"age": FeatureSpace.float_normalized(),
+                                                          "city": FeatureSpace.string_categorical()})
+    ds = ingest.make_dataset(...).map(lambda x: (fs({k: x[k] for k in fs.features}), x["label"]))
+
+Each preprocessing layer gets the state `adapt()` would compute: Normalization the mean
+and variance, lookups the vocabulary (most frequent first, ties by the larger value, as
+Keras orders it), Discretization bin boundaries from the quantiles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from ingest import _info, contract
+from ingest.statistics import FeatureStatistics, ValueCount
+
+__all__ = ["feature_space", "default_features"]
+
+logger = logging.getLogger(__name__)
+
+ONE_HOT_MAX = 100  # text and int features with at most this many values become one-hot lookups
+
+
+def _keras():
+    import keras
+
+    return keras
+
+
+def default_features(info: contract.DatasetInfo, stats, *, hashing_dim: int = 32) -> dict:
+    """Specs from the schema and statistics: numbers normalized, few-valued text and
+    ints one-hot, other text hashed into `hashing_dim` bins. The label, list and binary
+    features are left out (FeatureSpace takes scalars)."""
+    fs = _keras().utils.FeatureSpace
+    specs = {}
+    for f in info.features:
+        s = stats.get(f.name)
+        if f.name == info.label or not f.is_scalar or s is None or (f.dtype == "bytes" and not f.text):
+            continue
+        vocabulary = s.vocabulary
+        few = vocabulary is not None and len(vocabulary) <= ONE_HOT_MAX
+        if f.dtype == "bytes":
+            specs[f.name] = fs.string_categorical() if few else fs.string_hashed(hashing_dim)
+        elif f.dtype == "int64" and few:
+            specs[f.name] = fs.integer_categorical()
+        else:
+            specs[f.name] = fs.float_normalized()
+    if not specs:
+        raise ValueError("this dataset has no scalar feature besides the label to build a FeatureSpace from")
+    return specs
+
+
+def feature_space(path: str, *, features=None, output_mode: str = "concat", split: str | None = "train", **kwargs):
+    """Returns a `keras.utils.FeatureSpace` adapted from the dataset's statistics.
+
+    Args:
+      path: a converted dataset (local or gs://), converted with statistics (the default).
+      features: {name: spec} as `keras.utils.FeatureSpace` takes them
+        (`FeatureSpace.float_normalized()`, `"string_categorical"`, ...); None picks
+        specs from the schema and statistics (`default_features`).
+      output_mode: "concat" or "dict", as FeatureSpace.
+      split: whose statistics to use (the training split, so evaluation data does not
+        leak into preprocessing); None for all splits together.
+      **kwargs: passed to FeatureSpace (crosses, crossing_dim, hashing_dim, ...).
+    """
+    info = _info.load_info(path)
+    if info.statistics is None:
+        raise ValueError(
+            f"{path} has no statistics: it was converted with --no_statistics or by an older ingest. "
+            "Reconvert it without --no_statistics, or call FeatureSpace.adapt on a dataset"
+        )
+    if split is not None and split not in info.statistics.splits:
+        raise ValueError(f"{path} has no statistics for split {split!r}; splits: {sorted(info.statistics.splits)}")
+    stats = info.statistics.of(split)
+    keras = _keras()
+    if features is None:
+        features = default_features(info, stats, hashing_dim=kwargs.get("hashing_dim", 32))
+    space = keras.utils.FeatureSpace(features=features, output_mode=output_mode, **kwargs)
+    for name in space._list_adaptable_preprocessors():
+        if name not in stats:
+            raise ValueError(f"feature {name!r} has no statistics in {path}; features: {sorted(stats)}")
+        _adapt(name, space.preprocessors[name], _with_fill(stats[name], info.feature(name)))
+    # What FeatureSpace.adapt does once its layers are adapted.
+    space._is_adapted = True
+    space.get_encoded_features()
+    space.built = True
+    space._sublayers_built = True
+    return space
+
+
+def _with_fill(s: FeatureStatistics, spec: contract.FeatureSpec) -> FeatureStatistics:
+    """The statistics of the values as make_dataset delivers them: a record without a
+    value holds the feature's default, which `adapt()` on the dataset would count too."""
+    if not s.missing or not spec.is_scalar:
+        return s
+    fill = spec.default
+    changes = {}
+    if s.mean is not None:
+        n, m = s.count - (s.nan or 0) - (s.inf or 0), s.missing
+        mean = (s.mean * n + fill * m) / (n + m)
+        m2 = s.std**2 * n + (fill - s.mean) ** 2 * n * m / (n + m)  # Chan's update with m copies of `fill`
+        changes.update(mean=mean, std=(m2 / (n + m)) ** 0.5)
+    if s.vocabulary is not None:
+        if isinstance(fill, bytes):
+            fill = fill.decode("utf-8")
+        counts = {t.value: t.count for t in s.top}
+        counts[fill] = counts.get(fill, 0) + s.missing
+        top = sorted(counts.items(), key=lambda vc: (vc[1], _order_key(vc[0])), reverse=True)
+        changes.update(top=tuple(ValueCount(v, c) for v, c in top), distinct=len(top))
+    return dataclasses.replace(s, **changes)
+
+
+def _order_key(value):
+    return value.encode("utf-8") if isinstance(value, str) else value
+
+
+def _adapt(name: str, layer, s: FeatureStatistics) -> None:
+    layers = _keras().layers
+    if isinstance(layer, layers.Normalization):
+        if s.mean is None:
+            raise ValueError(f"feature {name!r} has no mean and variance (not a number, or no finite values)")
+        layer.build((None, 1))
+        layer.adapt_mean.assign([s.mean])
+        layer.adapt_variance.assign([s.variance])
+        layer.finalize_state()
+    elif isinstance(layer, (layers.StringLookup, layers.IntegerLookup)):
+        layer.set_vocabulary(_vocabulary(name, layer, s))
+    elif isinstance(layer, layers.Discretization):
+        if not s.quantiles:
+            raise ValueError(f"feature {name!r} has no quantiles (not a number, or no finite values)")
+        bins = layer.num_bins
+        layer.bin_boundaries = [s.quantile(i / bins) for i in range(1, bins)]
+    else:
+        raise ValueError(
+            f"feature {name!r}: a {type(layer).__name__} cannot be adapted from statistics; "
+            "adapt that feature's layer on the data"
+        )
+
+
+def _vocabulary(name: str, layer, s: FeatureStatistics) -> list:
+    if not s.top:
+        raise ValueError(f"feature {name!r} has no recorded values to build a vocabulary from")
+    vocabulary = s.vocabulary
+    if vocabulary is None:
+        logger.warning(
+            "feature %r: its %s distinct values are not all recorded; the vocabulary is its %d most frequent values%s",
+            name,
+            s.distinct,
+            len(s.top),
+            "" if s.top_exact else " (approximate counts)",
+        )
+        vocabulary = [t.value for t in s.top]
+    special = {layer.mask_token, layer.oov_token} - {None}
+    vocabulary = [v for v in vocabulary if v not in special]  # adapt() drops them too
+    if layer.max_tokens:
+        vocabulary = vocabulary[: layer.max_tokens - layer._token_start_index()]
+    return vocabulary
