@@ -388,7 +388,8 @@ class FeatureStats:
         x = arr.to_numpy(zero_copy_only=False)
         if self.dtype == "float32" and x.dtype != np.float32:
             x = x.astype(np.float32)  # the stored values, not the source's wider ones
-        total = np.add.reduce(x, dtype=np.float64)
+        with np.errstate(invalid="ignore"):  # inf - inf
+            total = np.add.reduce(x, dtype=np.float64)
         if x.dtype.kind == "f" and not np.isfinite(total):  # a NaN or an infinity among them
             finite = np.isfinite(x)
             nan = np.isnan(x)

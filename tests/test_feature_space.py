@@ -1,0 +1,151 @@
+"""`ingest.feature_space` against `FeatureSpace.adapt` on the same data, and `ingest describe`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import tensorflow as tf
+from keras.utils import FeatureSpace
+
+import ingest
+from ingest import __main__ as cli
+from tests.conftest import convert_table
+
+ROWS = 20_000
+
+
+def _table(rows: int = ROWS, *, missing: bool, seed: int = 0) -> pa.Table:
+    rng = np.random.default_rng(seed)
+
+    def mask():
+        return rng.random(rows) < 0.1 if missing else None
+
+    words = np.array(["sun", "moon", "star", "comet", "nova", ""], dtype=object)
+    return pa.table(
+        {
+            "price": pa.array(rng.lognormal(3, 1, rows).astype(np.float32), mask=mask()),
+            "count": pa.array(rng.integers(0, 1000, rows), mask=mask()),  # int64 into float normalization
+            "city": pa.array(words[rng.integers(0, len(words), rows)], pa.string(), mask=mask()),
+            "level": pa.array(rng.integers(1, 6, rows), mask=mask()),
+            "y": pa.array(rng.integers(0, 2, rows)),
+        }
+    )
+
+
+def _specs():
+    return {
+        "price": FeatureSpace.float_normalized(),
+        "count": FeatureSpace.float_normalized(),
+        "city": FeatureSpace.string_categorical(),
+        "level": FeatureSpace.integer_categorical(),
+    }
+
+
+def _adapted_on_the_dataset(path: str, output_mode: str):
+    space = FeatureSpace(features=_specs(), output_mode=output_mode)
+    ds = ingest.make_dataset(path, batch_size=1024, split="train", num_epochs=1, shuffle=False)
+    space.adapt(ds.map(lambda x, y: {k: x[k] for k in _specs()}))
+    return space
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["complete", "with-missing"])
+def dataset(request, tmp_path_factory):
+    root = tmp_path_factory.mktemp("fs")
+    return convert_table(root, _table(missing=request.param), "--label", "y", "--splits", "train=0.8,eval=0.2")
+
+
+def test_outputs_equal_those_of_adapt_on_the_same_data(dataset):
+    ours = ingest.feature_space(dataset, features=_specs(), output_mode="dict")
+    theirs = _adapted_on_the_dataset(dataset, "dict")
+    x, _ = next(iter(ingest.make_dataset(dataset, batch_size=512, split="eval", num_epochs=1)))
+    batch = {k: x[k] for k in _specs()}
+    a, b = ours(batch), theirs(batch)
+    for name in ("price", "count"):
+        assert np.abs(a[name].numpy() - b[name].numpy()).max() <= 1e-4 * max(1.0, np.abs(b[name].numpy()).max())
+    for name in ("city", "level"):
+        assert ours.preprocessors[name].get_vocabulary() == theirs.preprocessors[name].get_vocabulary()
+        np.testing.assert_array_equal(a[name].numpy(), b[name].numpy())
+
+
+def test_concat_output_and_max_tokens_follow_keras(dataset):
+    specs = {"city": FeatureSpace.string_categorical(max_tokens=3), "price": FeatureSpace.float_normalized()}
+    ours = ingest.feature_space(dataset, features=specs)
+    theirs = FeatureSpace(
+        features={"city": FeatureSpace.string_categorical(max_tokens=3), "price": FeatureSpace.float_normalized()}
+    )
+    ds = ingest.make_dataset(dataset, batch_size=1024, split="train", num_epochs=1, shuffle=False)
+    theirs.adapt(ds.map(lambda x, y: {k: x[k] for k in specs}))
+    assert ours.preprocessors["city"].get_vocabulary() == theirs.preprocessors["city"].get_vocabulary()
+    x, _ = next(iter(ds))
+    batch = {k: x[k] for k in specs}
+    np.testing.assert_allclose(ours(batch).numpy(), theirs(batch).numpy(), atol=1e-4)
+
+
+def test_default_specs_come_from_schema_and_statistics(dataset):
+    space = ingest.feature_space(dataset, output_mode="dict")
+    assert set(space.features) == {"price", "count", "city", "level"}  # not the label
+    assert type(space.preprocessors["city"]).__name__ == "StringLookup"
+    assert type(space.preprocessors["level"]).__name__ == "IntegerLookup"
+    assert type(space.preprocessors["count"]).__name__ == "Normalization"  # 1000 values: a number
+    x, _ = next(iter(ingest.make_dataset(dataset, batch_size=64, split="train", num_epochs=1)))
+    out = space({k: x[k] for k in space.features})
+    assert out["city"].shape == (64, 7) and out["count"].shape == (64, 1)  # 6 words + out-of-vocabulary
+
+
+def test_discretization_boundaries_split_the_training_values_evenly(dataset):
+    space = ingest.feature_space(dataset, features={"price": FeatureSpace.float_discretized(num_bins=4)})
+    ds = ingest.make_dataset(dataset, batch_size=4096, split="train", num_epochs=1)
+    price = np.concatenate([x["price"].numpy() for x, _ in ds])
+    bins = np.asarray(space({"price": tf.constant(price)})).argmax(-1)
+    share = np.bincount(bins, minlength=4) / len(price)
+    missing = ingest.load_info(dataset).statistics.feature("price", "train").missing / len(price)
+    # Missing prices are filled with 0.0, all in the first bin; the rest split evenly.
+    np.testing.assert_allclose(share, [0.25 * (1 - missing) + missing] + [0.25 * (1 - missing)] * 3, atol=0.02)
+
+
+def test_errors_name_the_problem(dataset):
+    with pytest.raises(ValueError, match=r"no statistics for split 'test'"):
+        ingest.feature_space(dataset, features=_specs(), split="test")
+    with pytest.raises(ValueError, match=r"feature 'nope' has no statistics"):
+        ingest.feature_space(dataset, features={"nope": FeatureSpace.float_normalized()})
+
+
+# --- describe -------------------------------------------------------------------------------
+
+
+def test_describe_prints_features_label_per_split_and_quarantine(dataset, capsys, tmp_path):
+    png = tmp_path / "stats.png"
+    assert cli.main(["describe", dataset, "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    info = ingest.load_info(dataset)
+    for name in ("price", "count", "city", "level", "y (label)"):
+        assert f"| {name} |" in out
+    assert "Label 'y' per split:" in out and "| label | train | eval |" in out
+    train = info.statistics.feature("y", "train")
+    zero = next(t.count for t in train.top if t.value == 0)
+    assert f"{zero:,} ({100 * zero / train.count:.1f}%)" in out
+    assert "Quarantine: 0 records" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "wrote" in out and "(5 features)" in out
+
+
+def test_describe_one_split_and_a_bad_split_fails_in_one_line(dataset, capsys):
+    assert cli.main(["describe", dataset, "--split", "eval"]) == 0
+    out = capsys.readouterr().out
+    eval_price = ingest.load_info(dataset).statistics.feature("price", "eval")
+    assert "Features (split 'eval'):" in out and f"{eval_price.mean:,.4g}" in out
+    assert cli.main(["describe", dataset, "--split", "nope"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: no statistics for split 'nope'")
+
+
+def test_describe_shows_the_quarantine(tmp):
+    table = _table(2000, missing=False)
+    labels = table.column("y").to_pylist()
+    labels[5] = None  # a row without a label is quarantined
+    table = table.set_column(table.schema.get_field_index("y"), "y", pa.array(labels))
+    path = convert_table(tmp, table, "--label", "y")
+    from ingest import _describe
+
+    text = _describe.describe(ingest.load_info(path), path)
+    assert "Quarantine: 1 records (missing_label 1)" in text

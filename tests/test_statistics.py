@@ -1,0 +1,252 @@
+"""Statistics recorded at conversion, checked against pandas on the rows each split got.
+
+The corpus has what statistics get wrong: missing values, NaN and infinities, empty
+strings, lists (some empty, some missing), a heavy hitter among 30k distinct strings,
+a wide int column, binary bytes, several splits, and enough rows that quantiles come
+from the sample rather than from every value.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import ingest
+from beam_jobs import _feature_stats
+from tests.conftest import run_convert
+
+ROWS = 150_000
+SPLITS = ("train", "eval")
+
+
+def _corpus(rows: int = ROWS, seed: int = 0) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(3.0, 2.0, rows).astype(np.float32)
+    x[rng.random(rows) < 0.02] = np.nan
+    x[rng.random(rows) < 0.001] = np.inf
+    x[rng.random(rows) < 0.001] = -np.inf
+    x[rng.random(rows) < 0.01] = 0.0
+    x_null = rng.random(rows) < 0.05
+    n = rng.integers(0, 20, rows)
+    s = rng.choice(np.array(["red", "green", "", "blue", "a much longer value", "é"], dtype=object), rows)
+    hot = rng.random(rows) < 0.05
+    ids = np.where(hot, "hot", np.char.add("id", rng.integers(0, 30_000, rows).astype(str))).astype(object)
+    lengths = rng.integers(0, 6, rows)
+    tags = [list(rng.integers(-5, 50, k)) for k in lengths]
+    tags_null = rng.random(rows) < 0.03
+    return pa.table(
+        {
+            "id": pa.array(np.arange(rows)),
+            "x": pa.array(x, mask=x_null),
+            "n": pa.array(n, mask=rng.random(rows) < 0.1),
+            "wide": pa.array(rng.integers(-(10**12), 10**12, rows)),
+            "s": pa.array(s, pa.string(), mask=rng.random(rows) < 0.04),
+            "ids": pa.array(ids, pa.string()),
+            "tags": pa.array([None if m else t for t, m in zip(tags, tags_null)], pa.list_(pa.int64())),
+            "blob": pa.array([bytes([255, i % 256, 0]) * (i % 4) for i in range(rows)], pa.binary()),
+            "y": pa.array(rng.integers(0, 3, rows)),
+        }
+    )
+
+
+def _convert(root, table: pa.Table, *extra, files: int = 4) -> str:
+    os.makedirs(root / "in", exist_ok=True)
+    step = -(-table.num_rows // files)
+    for i in range(files):
+        pq.write_table(table.slice(i * step, step), root / "in" / f"part-{i}.parquet")
+    out = root / "ds"
+    run_convert(
+        "--source", "parquet", "--input", root / "in" / "*.parquet", "--output", out, "--label", "y",
+        "--splits", "train=0.7,eval=0.3", "--layout", "rows", *extra,
+    )  # fmt: skip
+    return str(out)
+
+
+def _split_ids(path: str) -> dict:
+    out = {}
+    for split in SPLITS:
+        ds = ingest.make_dataset(path, batch_size=4096, split=split, num_epochs=1, shuffle=False)
+        out[split] = np.concatenate([x["id"].numpy() for x, _ in ds])
+    return out
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    root = tmp_path_factory.mktemp("stats")
+    table = _corpus()
+    path = _convert(root, table)
+    return table, path, _split_ids(path)
+
+
+def _rank_error(quantiles, values) -> float:
+    """The largest distance between each recorded quantile's rank and the rank asked for."""
+    v = np.sort(values)
+    worst = 0.0
+    for i, q in enumerate(quantiles):
+        want = i / (len(quantiles) - 1)
+        below, at_most = np.searchsorted(v, q, "left") / len(v), np.searchsorted(v, q, "right") / len(v)
+        worst = max(worst, 0.0 if below <= want <= at_most else min(abs(below - want), abs(at_most - want)))
+    return worst
+
+
+def _check_number(st, col: pa.Array, *, records: bool = True):
+    """`col`: the Arrow column, where a null (missing) is not a NaN (a value); `records`:
+    whether its values are records (not a list feature's elements)."""
+    present = col.drop_null()
+    values = present.to_numpy(zero_copy_only=False)
+    finite = values[np.isfinite(values)]
+    if records:
+        assert st.count == len(present) and st.missing == len(col) - len(present)
+    assert st.nan == int(np.isnan(values).sum()) and st.inf == int(np.isinf(values).sum())
+    assert st.zeros == int((finite == 0).sum())
+    assert (st.min, st.max) == (finite.min(), finite.max())
+    assert st.mean == pytest.approx(finite.astype(np.float64).mean(), rel=1e-9, abs=1e-12)
+    assert st.std == pytest.approx(finite.astype(np.float64).std(), rel=1e-9)
+    assert len(st.quantiles) == 101 and (st.quantiles[0], st.quantiles[-1]) == (st.min, st.max)
+    assert _rank_error(st.quantiles, finite) <= 0.01
+
+
+def _keras_order(counts: pd.Series) -> list:
+    """Most frequent first, ties by the larger value (bytes), as Keras lookups order them."""
+    items = [(v, int(c)) for v, c in counts.items()]
+    key = (lambda vc: (vc[1], vc[0].encode())) if items and isinstance(items[0][0], str) else (lambda vc: vc[::-1])
+    return sorted(items, key=key, reverse=True)
+
+
+def test_statistics_per_split_and_overall_match_pandas(converted):
+    table, path, ids = converted
+    info = ingest.load_info(path)
+    assert sorted(info.statistics.splits) == sorted(SPLITS)
+    for split in (*SPLITS, None):
+        part = table if split is None else table.take(np.sort(ids[split]))
+        rows = part.to_pandas()
+        st = info.statistics.of(split)
+        for name in ("x", "n", "wide"):
+            _check_number(st[name], part.column(name).combine_chunks())
+        for name in ("n", "y"):  # few values: exact counts, the whole vocabulary
+            counts = rows[name].dropna().astype(np.int64).value_counts()
+            assert st[name].distinct_exact and st[name].distinct == len(counts)
+            assert [(t.value, t.count) for t in st[name].top] == _keras_order(counts)
+        assert st["wide"].distinct is None and st["wide"].top == ()  # a measure: no vocabulary
+        s = rows["s"].dropna()
+        assert (st["s"].count, st["s"].missing) == (len(s), len(rows) - len(s))
+        assert [(t.value, t.count) for t in st["s"].top] == _keras_order(s.value_counts())
+        assert st["s"].vocabulary == [v for v, _ in _keras_order(s.value_counts())]
+        lengths = s.map(lambda v: len(v.encode()))
+        assert (st["s"].length.min, st["s"].length.max) == (0, lengths.max())
+        assert st["s"].length.mean == pytest.approx(lengths.mean())
+        tags = rows["tags"].dropna()
+        flat = np.concatenate([np.asarray(t, np.int64) for t in tags])
+        assert (st["tags"].count, st["tags"].values) == (len(tags), len(flat))
+        tag_lengths = tags.map(len)
+        ll = st["tags"].list_length
+        assert (ll.min, ll.max, ll.mean) == (0, 5, pytest.approx(tag_lengths.mean()))
+        assert len(ll.quantiles) == 11 and _rank_error(ll.quantiles, tag_lengths.to_numpy()) <= 0.01
+        _check_number(st["tags"], pa.array(flat), records=False)  # numbers over every element
+        blob = st["blob"]
+        assert blob.distinct is None and blob.length.max == 9 and blob.mean is None
+
+
+def test_high_cardinality_text_is_estimated_within_two_percent(converted):
+    table, path, ids = converted
+    df = table.to_pandas()
+    for split in (*SPLITS, None):
+        rows = df if split is None else df.iloc[np.sort(ids[split])]
+        st = ingest.load_info(path).statistics.of(split)["ids"]
+        truth = rows["ids"].value_counts()
+        assert not st.distinct_exact and st.distinct == pytest.approx(len(truth), rel=0.02)
+        assert not st.top_exact and st.vocabulary is None
+        assert st.top[0].value == "hot"
+        # Frequent-items estimates: never below the true count, above it by at most N / 6000.
+        assert truth["hot"] <= st.top[0].count <= truth["hot"] + len(rows) / 6000
+
+
+@pytest.mark.slow
+def test_two_worker_runner_merges_to_the_same_statistics(converted, tmp_path):
+    table, path, _ = converted
+    two = _convert(tmp_path, table, "--direct_running_mode=multi_processing", "--direct_num_workers=2")
+    one, other = ingest.load_info(path).statistics, ingest.load_info(two).statistics
+    ids = _split_ids(two)
+    for split in (*SPLITS, None):
+        a, b = one.of(split), other.of(split)
+        for name in a:
+            fa, fb = _fields(a[name]), _fields(b[name])
+            sampled = _SAMPLED | ({"distinct", "top"} if not fa["distinct_exact"] else set())
+            assert {k: v for k, v in fa.items() if k not in sampled} == {
+                k: v for k, v in fb.items() if k not in sampled
+            }, name
+            for k in ("mean", "std"):  # the same sums, added in another order
+                assert fa[k] == pytest.approx(fb[k], rel=1e-9, abs=1e-12) if fa[k] is not None else fb[k] is None
+        part = table if split is None else table.take(np.sort(ids[split]))
+        _check_number(b["x"], part.column("x").combine_chunks())
+
+
+_SAMPLED = {"quantiles", "list_length", "mean", "std"}  # from a sample, or sums in another order
+
+
+def _fields(s) -> dict:
+    import dataclasses
+
+    return {k: v for k, v in dataclasses.asdict(s).items()}
+
+
+def test_no_statistics_flag_records_none_and_says_so(tmp):
+    path = _convert(tmp, _corpus(2000), "--no_statistics", files=1)
+    info = ingest.load_info(path)
+    assert info.statistics is None and info.options["statistics"] is False
+    with pytest.raises(ValueError, match=r"has no statistics: it was converted with --no_statistics"):
+        ingest.feature_space(path)
+
+
+# --- the accumulators alone ---------------------------------------------------------------
+
+
+def _stats_of(parts, dtype="float32"):
+    keys_seed = 0
+    acc = _feature_stats.FeatureStats(dtype, "number", False)
+    for p in parts:
+        piece = _feature_stats.FeatureStats(dtype, "number", False)
+        piece.add(pa.array(p), _feature_stats.chunk_keys(len(p), [keys_seed]))
+        keys_seed += 1
+        acc.merge(piece)
+    return acc.to_json()
+
+
+def test_moments_merge_stably_far_from_zero():
+    rng = np.random.default_rng(3)
+    values = (1e9 + rng.normal(0, 1, 100_000)).astype(np.float64)
+    parts = np.array_split(values, 37)
+    got = _stats_of(parts)
+    stored = values.astype(np.float32).astype(np.float64)  # what a float32 feature holds
+    assert got["mean"] == pytest.approx(stored.mean(), rel=1e-12)
+    # A sum of squares minus the squared mean would lose most digits here (1e18 vs ~1e2).
+    assert got["std"] == pytest.approx(stored.std(), rel=1e-9)
+
+
+def test_quantiles_hold_their_rank_bound_on_skewed_data_split_in_uneven_parts():
+    rng = np.random.default_rng(5)
+    for trial in range(3):
+        # Sorted, so each part holds its own range: a sample that favoured some parts fails.
+        values = np.sort(rng.lognormal(0, 2, 400_000).astype(np.float32))
+        cuts = np.sort(rng.choice(np.arange(1, len(values)), 20, replace=False))
+        got = _stats_of(np.split(values, cuts))
+        assert _rank_error(got["quantiles"], values) <= 0.01, trial
+
+
+def test_counts_switch_to_sketches_when_merged_past_the_exact_limit():
+    limit = _feature_stats.EXACT_VALUES
+    halves = [np.array([f"v{i}" for i in range(k * limit // 2 + k, (k + 2) * limit // 2 + k)], object) for k in (0, 1)]
+    acc = _feature_stats.FeatureStats("bytes", "text", False)
+    for h in halves:  # each bundle alone stays exact; together they do not
+        piece = _feature_stats.FeatureStats("bytes", "text", False)
+        piece.add(pa.array([v.encode() for v in h], pa.large_binary()), _feature_stats.chunk_keys(len(h), [0]))
+        assert piece.to_json()["distinct_exact"]
+        acc.merge(piece)
+    got = acc.to_json()
+    truth = len(set(halves[0]) | set(halves[1]))
+    assert not got["distinct_exact"] and got["distinct"] == pytest.approx(truth, rel=0.02)
