@@ -101,20 +101,21 @@ class _Moments:
         self.n = total
 
 
-@dataclasses.dataclass
 class _Sample:
     """A threshold sample: every value seen whose random key is under `threshold`.
 
     That is a uniform sample of the stream, and two of them merge by taking the lower
     threshold. When it reaches 2 * SAMPLE_SIZE values the threshold is lowered so that
     about SAMPLE_SIZE stay: one comparison, where keeping exactly the SAMPLE_SIZE
-    smallest keys (bottom-k) takes a partition, which measured 3x the cost of the whole
-    rest of a numeric column's statistics.
+    smallest keys (bottom-k) takes a partition, which measured 3x the cost of the rest
+    of a numeric column's statistics. Chunks' values are kept as pieces and joined only
+    when the threshold drops, not copied on every chunk.
     """
 
-    values: np.ndarray = dataclasses.field(default_factory=lambda: np.empty(0))  # as stored: int64 or float32
-    keys: np.ndarray = dataclasses.field(default_factory=lambda: np.empty(0, np.float32))
-    threshold: float = 1.0
+    def __init__(self):
+        self.pieces: list = []  # [(values as stored: int64 or float32, float32 keys)]
+        self.size = 0
+        self.threshold = 1.0
 
     def add(self, values: np.ndarray, keys: Keys) -> None:
         if self.threshold < 1.0:
@@ -124,28 +125,43 @@ class _Sample:
             keys = keys.keys
         if not len(keys):
             return
-        self.values = np.concatenate([self.values, values]) if len(self.values) else values
-        self.keys = np.concatenate([self.keys, keys]) if len(self.keys) else keys
-        if len(self.keys) >= 2 * SAMPLE_SIZE:
-            self._lower(self.threshold * SAMPLE_SIZE / len(self.keys))
+        self.pieces.append((values, keys))
+        self.size += len(keys)
+        if self.size >= 2 * SAMPLE_SIZE:
+            self._lower(self.threshold * SAMPLE_SIZE / self.size)
+
+    def _joined(self) -> tuple:
+        if len(self.pieces) > 1:
+            self.pieces = [tuple(np.concatenate(part) for part in zip(*self.pieces))]
+        return self.pieces[0] if self.pieces else (np.empty(0), np.empty(0, np.float32))
 
     def _lower(self, threshold: float) -> None:
-        keep = np.flatnonzero(self.keys < threshold)  # a random mask indexes 8x slower than its positions
-        self.values, self.keys, self.threshold = self.values.take(keep), self.keys.take(keep), threshold
+        values, keys = self._joined()
+        keep = np.flatnonzero(keys < threshold)  # a random mask indexes 8x slower than its positions
+        self.pieces = [(values.take(keep), keys.take(keep))]
+        self.size, self.threshold = len(keep), threshold
+
+    def _shrink(self) -> None:
+        """Down to ~SAMPLE_SIZE values: what is shipped between workers and sorted at the end."""
+        if self.size > SAMPLE_SIZE:
+            self._lower(self.threshold * SAMPLE_SIZE / self.size)
+        self._joined()
 
     def merge(self, other: "_Sample") -> None:
         if other.threshold < self.threshold:
             self._lower(other.threshold)
-        self.add(other.values, Keys(other.keys))
+        values, keys = other._joined()
+        self.add(values, Keys(keys))
 
     def __getstate__(self):
-        if len(self.keys) > SAMPLE_SIZE:  # ship ~SAMPLE_SIZE values, not up to twice as many
-            self._lower(self.threshold * SAMPLE_SIZE / len(self.keys))
+        self._shrink()
         return self.__dict__
 
     def quantiles(self, lo, hi) -> list:
-        at = np.rint(np.linspace(0, len(self.values) - 1, QUANTILES)).astype(np.int64)
-        q = np.partition(self.values, at)[at].tolist()
+        self._shrink()
+        values, _ = self._joined()
+        at = np.rint(np.linspace(0, len(values) - 1, QUANTILES)).astype(np.int64)
+        q = np.sort(values)[at].tolist()  # numpy's vectorized sort: 10x a partition at 101 ranks
         q[0], q[-1] = lo, hi  # exact, not sampled
         return q
 

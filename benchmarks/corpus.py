@@ -94,6 +94,17 @@ def ensure_parquet(workdir: str, rows: int) -> str:
     return path
 
 
+def _has_statistics(dataset: str) -> bool:
+    """Whether the dataset exists, converted by a version that records statistics."""
+    import json
+
+    meta = os.path.join(dataset, "dataset_info.json")
+    if not os.path.exists(meta):
+        return False
+    with open(meta) as f:
+        return "statistics" in json.load(f)
+
+
 def ensure_dataset(
     workdir: str,
     rows: int,
@@ -104,7 +115,8 @@ def ensure_dataset(
     indexed: bool = False,
     block_rows: int = 1024,
 ) -> str:
-    """The CSV converted (label `label`, `shards` shards, `layout`), converted on first use.
+    """The CSV converted (label `label`, `shards` shards, `layout`), converted on first use
+    (and again if an older version converted it, without statistics).
 
     `shuffle=False` converts with --no_shuffle; `indexed` adds the INDEX column (source order).
     """
@@ -114,7 +126,7 @@ def ensure_dataset(
     if layout == "blocks" and block_rows != 1024:
         name += f"-k{block_rows}"
     dataset = os.path.join(workdir, name)
-    if not os.path.exists(os.path.join(dataset, "dataset_info.json")):
+    if not _has_statistics(dataset):
         convert.run(
             [
                 "--source",
