@@ -9,7 +9,8 @@ One `FeatureStats` per feature and split; each bundle fills its own and Beam mer
     text, int  value counts: exact up to EXACT_VALUES distinct values; beyond, text goes to
                DataSketches (HLL for `distinct`, frequent items for `top`) and an int
                feature is treated as a number only (no vocabulary to learn)
-    bytes      lengths (min/max/mean), and list lengths for list features
+    bytes      lengths (min/max/mean) and `distinct` (counted by 64-bit digest); list
+               features also get list lengths
 
 Why a sample and not a KLL sketch for quantiles: the conversion runs at ~500k rows/s and
 the statistics may cost 10% of it; `kll_doubles_sketch.update` takes ~35 ms per million
@@ -21,6 +22,7 @@ a threshold sample only compares each value's random key with a threshold
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 import numpy as np
 import pyarrow as pa
@@ -190,7 +192,7 @@ class _Counts:
             return
         if pa.types.is_integer(arr.type):
             values, counts = _int_counts(arr.to_numpy(zero_copy_only=False))
-            if len(values) > EXACT_VALUES:  # a measure, not a category: no vocabulary to learn
+            if len(values) > EXACT_VALUES and not self.sketch_beyond:  # a measure, not a category
                 self.merge(_Counts.dropped_counts())
                 return
             self._add_counts(pa.array(values), counts)
@@ -318,6 +320,13 @@ def _int_counts(x: np.ndarray) -> tuple:
     return values, counts.astype(np.int64)
 
 
+def _digests(arr: pa.Array) -> pa.Array:
+    """64-bit digests of binary values (images, blobs): counted instead of the bytes themselves."""
+    digest = hashlib.blake2b
+    joined = b"".join(digest(v, digest_size=8).digest() for v in arr.to_pylist())
+    return pa.array(np.frombuffer(joined, dtype="<i8"))
+
+
 def _as_text(values: pa.Array) -> list:
     if pa.types.is_binary(values.type) or pa.types.is_large_binary(values.type):
         return [b.decode("utf-8", "replace") for b in values.to_pylist()]
@@ -374,7 +383,8 @@ class FeatureStats:
         self.extremes = [None, None]
         self.zeros = self.nan = self.inf = 0
         self.sample = _Sample() if kind == "number" else None
-        self.counts = _Counts(sketch_beyond=kind == "text") if kind == "text" or dtype == "int64" else None
+        # Binary values are counted by digest: `distinct` only, no `top` of raw bytes.
+        self.counts = _Counts(sketch_beyond=kind != "number") if kind != "number" or dtype == "int64" else None
         self.lengths = _Lengths() if kind != "number" else None
         self.list_lengths = _Lengths() if is_list else None
 
@@ -397,7 +407,7 @@ class FeatureStats:
         else:
             self.lengths.add(pc.binary_length(arr).to_numpy(zero_copy_only=False), None)
         if self.counts is not None:
-            self.counts.add(arr)
+            self.counts.add(_digests(arr) if self.kind == "binary" else arr)
 
     def _add_numbers(self, arr: pa.Array, keys: Keys) -> None:
         # Few passes over the values: this is most of the statistics' cost.
@@ -425,7 +435,9 @@ class FeatureStats:
             self.zeros += len(x) - int(np.count_nonzero(x))
         mean = total / len(x)
         d = x - mean  # float64: `mean` is a float64 scalar
-        self.moments.add(len(x), float(mean), float(d @ d))
+        # Not `d @ d`: BLAS' threads spin after each call and take the other core from the
+        # reader and writer threads (measured: +0.4 CPU-s on a 500k-row conversion).
+        self.moments.add(len(x), float(mean), float(np.einsum("i,i->", d, d)))
         self.sample.add(x, keys)
 
     @classmethod
@@ -483,5 +495,8 @@ class FeatureStats:
         else:
             out["length"] = self.lengths.result()
         if self.counts is not None:
-            out.update(self.counts.result(text=self.kind == "text"))
+            counts = self.counts.result(text=self.kind == "text")
+            if self.kind == "binary":
+                counts = {"distinct": counts["distinct"], "distinct_exact": counts["distinct_exact"]}
+            out.update(counts)
         return out

@@ -68,12 +68,12 @@ class ConversionStats:
         for s, rows in parts:
             mine = self.statistics.setdefault(split_names[s], {})
             take = None if rows is None else pa.array(rows)
-            split_keys = None if rows is None else keys.subset(rows)
+            split_keys = keys if rows is None else keys.subset(rows)
             for name, dtype, arr in cols:
                 stats = mine.get(name)
                 if stats is None:
                     stats = mine[name] = FeatureStats(dtype, kinds[name], _is_list(arr.type))
-                stats.add(arr if take is None else arr.take(take), keys if rows is None else split_keys)
+                stats.add(arr if take is None else arr.take(take), split_keys)
 
     def _lengths(self, name: str, lo: int, hi: int) -> None:
         self.min_len[name] = min(lo, self.min_len.get(name, lo))

@@ -45,7 +45,7 @@ class FeatureStatistics:
     zeros: int | None = None
     nan: int | None = None
     inf: int | None = None
-    # text features, and int64 features of up to 10,000 distinct values
+    # text features, int64 features of up to 10,000 distinct values; bytes: `distinct` only
     distinct: int | None = None
     distinct_exact: bool | None = None  # False: HyperLogLog estimate, within 2%
     top: tuple = ()  # ValueCount, most frequent first (ties: larger value first), up to 1,000

@@ -148,8 +148,9 @@ def test_statistics_per_split_and_overall_match_pandas(converted):
         assert (ll.min, ll.max, ll.mean) == (0, 5, pytest.approx(tag_lengths.mean()))
         assert len(ll.quantiles) == 11 and _rank_error(ll.quantiles, tag_lengths.to_numpy()) <= 0.01
         _check_number(st["tags"], pa.array(flat), records=False)  # numbers over every element
-        blob = st["blob"]
-        assert blob.distinct is None and blob.length.max == 9 and blob.mean is None
+        blob = st["blob"]  # binary: distinct (by digest) and lengths, no top of raw bytes
+        assert blob.distinct_exact and blob.distinct == rows["blob"].nunique() and blob.top == ()
+        assert blob.length.max == 9 and blob.mean is None
 
 
 def test_high_cardinality_text_is_estimated_within_two_percent(converted):
@@ -250,3 +251,15 @@ def test_counts_switch_to_sketches_when_merged_past_the_exact_limit():
     got = acc.to_json()
     truth = len(set(halves[0]) | set(halves[1]))
     assert not got["distinct_exact"] and got["distinct"] == pytest.approx(truth, rel=0.02)
+
+
+def test_binary_values_are_counted_by_digest_past_the_exact_limit():
+    rng = np.random.default_rng(9)
+    blobs = [rng.bytes(int(k)) for k in rng.integers(8, 40, 30_000)]
+    acc = _feature_stats.FeatureStats("bytes", "binary", False)
+    for i, at in enumerate(range(0, len(blobs), 7_000)):
+        part = blobs[at : at + 7_000]
+        acc.add(pa.array(part, pa.large_binary()), _feature_stats.chunk_keys(len(part), [i]))
+    got = acc.to_json()
+    assert not got["distinct_exact"] and got["distinct"] == pytest.approx(len(set(blobs)), rel=0.02)
+    assert "top" not in got and got["length"]["min"] == 8
