@@ -46,6 +46,7 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python -m benchmarks.runtime
 	$(BIN)/python -m benchmarks.images
 	$(BIN)/python -m benchmarks.checkpoints
+	$(BIN)/python -m benchmarks.statistics
 
 clean:
 	rm -rf out bench-out .pytest_cache

@@ -28,7 +28,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["FeatureStats", "Keys", "kind_of", "chunk_keys", "QUANTILES", "EXACT_VALUES", "SAMPLE_SIZE"]
+__all__ = [
+    "FeatureStats",
+    "add_numbers_together",
+    "Keys",
+    "kind_of",
+    "chunk_keys",
+    "QUANTILES",
+    "EXACT_VALUES",
+    "SAMPLE_SIZE",
+]
 
 QUANTILES = 101  # every percentile: first = min, last = max
 # A uniform sample of at least this many values has a rank error under 1% at each
@@ -59,11 +68,13 @@ class Keys:
         self.keys = keys
         self._under: dict = {}
 
-    def under(self, threshold: float) -> np.ndarray:
-        rows = self._under.get(threshold)
-        if rows is None:
-            rows = self._under[threshold] = np.flatnonzero(self.keys < threshold)
-        return rows
+    def under(self, threshold: float) -> tuple:
+        """(rows whose key is under `threshold`, their keys)."""
+        found = self._under.get(threshold)
+        if found is None:
+            rows = np.flatnonzero(self.keys < threshold)
+            found = self._under[threshold] = (rows, self.keys.take(rows))
+        return found
 
     def subset(self, rows: np.ndarray) -> "Keys":
         """The keys of `rows`: positions, or a mask."""
@@ -121,8 +132,8 @@ class _Sample:
 
     def add(self, values: np.ndarray, keys: Keys) -> None:
         if self.threshold < 1.0:
-            rows = keys.under(self.threshold)
-            values, keys = values.take(rows), keys.keys.take(rows)
+            rows, keys = keys.under(self.threshold)
+            values = values.take(rows)
         else:
             keys = keys.keys
         if not len(keys):
@@ -373,6 +384,30 @@ class _Lengths:
         return out
 
 
+def add_numbers_together(group: list, columns: list, keys: Keys) -> None:
+    """The number statistics of several scalar features of one dtype, none missing, in
+    one chunk: each statistic is one call over all of them (a 2-D array), not one per
+    feature. A column with a NaN or an infinity goes through its own `_add_numbers`."""
+    x = np.stack([c.to_numpy(zero_copy_only=False) for c in columns])  # (features, rows)
+    if group[0].dtype == "float32" and x.dtype != np.float32:
+        x = x.astype(np.float32)  # the stored values
+    with np.errstate(invalid="ignore"):  # inf - inf
+        totals = np.add.reduce(x, axis=1, dtype=np.float64)
+    n = x.shape[1]
+    lo, hi = x.min(axis=1).tolist(), x.max(axis=1).tolist()
+    zeros = (n - np.count_nonzero(x, axis=1)).tolist()
+    means = totals / n
+    d = x - means[:, None]  # float64
+    m2 = np.einsum("ij,ij->i", d, d)  # not BLAS: see _add_numbers
+    finite = np.isfinite(totals).tolist()
+    for j, stats in enumerate(group):
+        if not finite[j]:
+            stats._add_numbers(columns[j], keys)
+            continue
+        stats._add_summary(n, float(means[j]), float(m2[j]), lo[j], hi[j], zeros[j])
+        stats.sample.add(x[j], keys)
+
+
 class FeatureStats:
     """The statistics of one feature in one split, mergeable."""
 
@@ -388,8 +423,9 @@ class FeatureStats:
         self.lengths = _Lengths() if kind != "number" else None
         self.list_lengths = _Lengths() if is_list else None
 
-    def add(self, arr: pa.Array, keys: Keys) -> None:
-        """Adds a chunk's column (`keys`: the rows' sampling keys)."""
+    def add(self, arr: pa.Array, keys: Keys, *, numbers: bool = True) -> None:
+        """Adds a chunk's column (`keys`: the rows' sampling keys); with `numbers=False`
+        the number statistics are left to `add_numbers_together`."""
         valid = arr.is_valid().to_numpy(zero_copy_only=False) if arr.null_count else None
         present = len(arr) - arr.null_count
         self.count += present
@@ -403,7 +439,8 @@ class FeatureStats:
             arr = pc.list_flatten(arr)
         self.values += len(arr)
         if self.kind == "number":
-            self._add_numbers(arr, keys)
+            if numbers:
+                self._add_numbers(arr, keys)
         else:
             self.lengths.add(pc.binary_length(arr).to_numpy(zero_copy_only=False), None)
         if self.counts is not None:
@@ -427,18 +464,21 @@ class FeatureStats:
         if not len(x):
             return
         lo, hi = x.min().item(), x.max().item()
-        self.extremes = [
-            lo if self.extremes[0] is None else min(self.extremes[0], lo),
-            hi if self.extremes[1] is None else max(self.extremes[1], hi),
-        ]
-        if lo <= 0 <= hi:
-            self.zeros += len(x) - int(np.count_nonzero(x))
+        zeros = len(x) - int(np.count_nonzero(x)) if lo <= 0 <= hi else 0
         mean = total / len(x)
         d = x - mean  # float64: `mean` is a float64 scalar
         # Not `d @ d`: BLAS' threads spin after each call and take the other core from the
         # reader and writer threads (measured: +0.4 CPU-s on a 500k-row conversion).
-        self.moments.add(len(x), float(mean), float(np.einsum("i,i->", d, d)))
+        self._add_summary(len(x), float(mean), float(np.einsum("i,i->", d, d)), lo, hi, zeros)
         self.sample.add(x, keys)
+
+    def _add_summary(self, n: int, mean: float, m2: float, lo, hi, zeros: int) -> None:
+        self.moments.add(n, mean, m2)
+        self.zeros += zeros
+        self.extremes = [
+            lo if self.extremes[0] is None else min(self.extremes[0], lo),
+            hi if self.extremes[1] is None else max(self.extremes[1], hi),
+        ]
 
     @classmethod
     def like(cls, other: "FeatureStats") -> "FeatureStats":
@@ -450,18 +490,13 @@ class FeatureStats:
         self.count += other.count
         self.missing += other.missing
         self.values += other.values
-        self.zeros += other.zeros
         self.nan += other.nan
         self.inf += other.inf
         if self.moments is not None:
-            self.moments.add(other.moments.n, other.moments.mean, other.moments.m2)
             self.sample.merge(other.sample)
-            lo, hi = other.extremes
-            if lo is not None:
-                self.extremes = [
-                    lo if self.extremes[0] is None else min(self.extremes[0], lo),
-                    hi if self.extremes[1] is None else max(self.extremes[1], hi),
-                ]
+            if other.moments.n:
+                m = other.moments
+                self._add_summary(m.n, m.mean, m.m2, *other.extremes, other.zeros)
         if self.counts is not None:
             self.counts.merge(other.counts)
         for mine, theirs in ((self.lengths, other.lengths), (self.list_lengths, other.list_lengths)):

@@ -21,6 +21,7 @@ corpus in memory. Fragments on disk bound memory by the shard size instead.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 import time
@@ -84,6 +85,8 @@ class _ConvertFiles(beam.DoFn):
         self._bundle = uuid.uuid4().hex[:12]
         self._fragments = _fragments.FragmentWriter(self._cfg.tmp_dir, self._bundle)
         self._stats = ConversionStats()
+        self._helper = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ingest-statistics")
+        self._statistics = None
         self._quarantine = None
         self._quarantine_count = 0
         self._last_log = time.monotonic()
@@ -153,7 +156,18 @@ class _ConvertFiles(beam.DoFn):
         self._records.inc(good)
         if cfg.statistics:
             keys = _feature_stats.chunk_keys(good, [cfg.seed, file_index, part, chunk_index])
-            self._stats.add_statistics(done.cols, self._kinds, split_of, cfg.split_names, keys)
+            # In a helper, while this thread goes on to the next chunk: numpy and Arrow do
+            # the work without the GIL, on a core the reader leaves mostly idle. One chunk
+            # at a time, so the statistics hold at most one chunk.
+            self._statistics_done()
+            self._statistics = self._helper.submit(
+                self._stats.add_statistics, done.cols, self._kinds, split_of, cfg.split_names, keys
+            )
+
+    def _statistics_done(self):
+        if self._statistics is not None:
+            pending, self._statistics = self._statistics, None
+            pending.result()  # re-raises the helper's error here
 
     def _quarantine_rows(self, bad):
         if not bad:
@@ -182,6 +196,8 @@ class _ConvertFiles(beam.DoFn):
             )
 
     def finish_bundle(self):
+        self._statistics_done()
+        self._helper.shutdown()
         for f in self._fragments.close():
             yield beam.pvalue.TaggedOutput(self.FRAGMENTS, _in_global_window(f))
         if self._quarantine is not None:
@@ -189,7 +205,7 @@ class _ConvertFiles(beam.DoFn):
             yield beam.pvalue.TaggedOutput(
                 self.QUARANTINE, _in_global_window({"path": self._quarantine_path, "records": self._quarantine_count})
             )
-        yield beam.pvalue.TaggedOutput(self.STATS, _in_global_window(self._stats))
+        yield beam.pvalue.TaggedOutput(self.STATS, _in_global_window(self._stats.pack()))
 
 
 # --- commit ------------------------------------------------------------------------
@@ -220,6 +236,10 @@ class _CommitShard(beam.DoFn):
         yield {"split": split, "shard": shard, "path": path, "records": rows, "blocks": blocks, "bytes": size}
 
 
+def _finalize(trigger, cfg: JobConfig, shards: list, stats: bytes, quarantine: list, *type_counts) -> str:
+    return finalize_dataset(trigger, cfg, shards, ConversionStats.unpack(stats), quarantine, *type_counts)
+
+
 class ConvertToTFRecords(beam.PTransform):
     """work items (index, path or entries, None) -> one finalized dataset; yields the metadata JSON text."""
 
@@ -245,7 +265,7 @@ class ConvertToTFRecords(beam.PTransform):
         converted = files | "ConvertFiles" >> beam.ParDo(_ConvertFiles(cfg), *side).with_outputs(
             _ConvertFiles.FRAGMENTS, _ConvertFiles.QUARANTINE, _ConvertFiles.STATS
         )
-        # Fragment | {"path", "records"} of a quarantine file | ConversionStats of a bundle
+        # Fragment | {"path", "records"} of a quarantine file | a bundle's ConversionStats, packed
         shards = (
             converted[_ConvertFiles.FRAGMENTS]
             # Fragment
@@ -256,8 +276,8 @@ class ConvertToTFRecords(beam.PTransform):
             | "CommitShards" >> beam.ParDo(_CommitShard(cfg))
             # {"split", "shard", "path", "records", "bytes"} of a shard in the temp dir
         )
-        stats = converted[_ConvertFiles.STATS] | "MergeStats" >> beam.CombineGlobally(ConversionStats.merge)
-        # one ConversionStats
+        stats = converted[_ConvertFiles.STATS] | "MergeStats" >> beam.CombineGlobally(ConversionStats.merge_packed)
+        # one ConversionStats, packed (bytes)
         finalize_side = [
             beam.pvalue.AsList(shards),
             beam.pvalue.AsSingleton(stats),
@@ -268,6 +288,6 @@ class ConvertToTFRecords(beam.PTransform):
         return (
             files.pipeline
             | "FinalizeTrigger" >> beam.Create([None])
-            | "Finalize" >> beam.Map(finalize_dataset, cfg, *finalize_side)
+            | "Finalize" >> beam.Map(_finalize, cfg, *finalize_side)
             # the metadata's JSON text
         )

@@ -30,6 +30,8 @@ __all__ = [
     "IdleReport",
     "diagnose",
     "feature_space",
+    "Statistics",
+    "FeatureStatistics",
 ]
 
 _LAZY = {
@@ -40,6 +42,8 @@ _LAZY = {
     "IdleReport": "ingest._idle",
     "diagnose": "ingest._diagnose",
     "feature_space": "ingest._feature_space",
+    "Statistics": "ingest.statistics",
+    "FeatureStatistics": "ingest.statistics",
     "distribute": "ingest._distribute",
     "load_info": "ingest._info",
     "DatasetNotFoundError": "ingest._info",

@@ -8,6 +8,7 @@ from the sample rather than from every value.
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -263,3 +264,17 @@ def test_binary_values_are_counted_by_digest_past_the_exact_limit():
     got = acc.to_json()
     assert not got["distinct_exact"] and got["distinct"] == pytest.approx(len(set(blobs)), rel=0.02)
     assert "top" not in got and got["length"]["min"] == 8
+
+
+def test_statistics_round_trip_and_a_malformed_entry_is_named(converted, tmp_path):
+    _, path, _ = converted
+    info = ingest.load_info(path)
+    again = ingest.DatasetInfo.from_json(info.to_json())
+    assert again.statistics == info.statistics
+    meta = json.loads(info.to_json())
+    meta["statistics"]["splits"]["eval"]["x"]["count"] = -1
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "dataset_info.json").write_text(json.dumps(meta))
+    with pytest.raises(ingest.DatasetInfoError, match=r"metadata\.statistics\.splits\.eval\.x\.count must be"):
+        ingest.load_info(str(broken))
