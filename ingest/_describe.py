@@ -165,7 +165,10 @@ def plot(info: contract.DatasetInfo, out: str, split: str | None = None) -> int:
             ax.bar(edges[:-1], 100 * share, width=edges[1:] - edges[:-1], align="edge", color="#4878a8")
             ax.set_ylabel("% of values")
         else:
-            top = list(s.top[:_BARS])[::-1]
+            top = list(s.top[:_BARS])
+            if f.name == info.label and all(isinstance(t.value, int) for t in top):
+                top.sort(key=lambda t: t.value)  # classes in their order, not by frequency
+            top = top[::-1]  # barh draws bottom-up
             total = max(s.values or s.count, 1)
             labels = [_label_text(info, f, t.value) for t in top]
             ax.barh(labels, [100 * t.count / total for t in top], color="#d08838")
@@ -176,7 +179,7 @@ def plot(info: contract.DatasetInfo, out: str, split: str | None = None) -> int:
         ax.set_title(title + (" [label]" if f.name == info.label else ""), fontsize=10)
     where = f"split {split!r}" if split else "all splits"
     fig.suptitle(f"{sum(s.records for s in info.splits):,} records, {where}", fontsize=12)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.97))  # room for the title
     fig.savefig(out, dpi=90)
     plt.close(fig)
     return len(shown)
