@@ -19,6 +19,7 @@ import pytest
 
 import ingest
 from beam_jobs import _feature_stats
+from ingest import __main__ as cli
 from tests.conftest import run_convert
 
 ROWS = 150_000
@@ -197,12 +198,15 @@ def _fields(s) -> dict:
     return {k: v for k, v in dataclasses.asdict(s).items()}
 
 
-def test_no_statistics_flag_records_none_and_says_so(tmp):
+def test_no_statistics_flag_records_none_and_says_so(tmp, capsys):
     path = _convert(tmp, _corpus(2000), "--no_statistics", files=1)
     info = ingest.load_info(path)
     assert info.statistics is None and info.options["statistics"] is False
     with pytest.raises(ValueError, match=r"has no statistics: it was converted with --no_statistics"):
         ingest.feature_space(path)
+    assert cli.main(["describe", path]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "has no statistics: it was converted with --no_statistics" in err[0]
 
 
 # --- the accumulators alone ---------------------------------------------------------------
