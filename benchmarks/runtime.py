@@ -38,6 +38,14 @@ def _pipelines(paths: dict, batch_size: int) -> dict:
         "raw_read (no parse)": ("rows", lambda: pipelines.raw_read(rows, batch_size=b)),
         "make_dataset, rows": ("rows", lambda: ingest.make_dataset(rows, batch_size=b)),
         "make_dataset, blocks": ("blocks", lambda: ingest.make_dataset(paths["blocks"], batch_size=b)),
+        # The order before iterators became seekable (ReadOptions(seekable_order=False)): what
+        # the few-KB checkpoints cost here.
+        "make_dataset, blocks, streaming order": (
+            "blocks",
+            lambda: ingest.make_dataset(
+                paths["blocks"], batch_size=b, options=ingest.ReadOptions(seekable_order=False)
+            ),
+        ),
     }
 
 
