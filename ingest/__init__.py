@@ -32,6 +32,7 @@ __all__ = [
     "feature_space",
     "Statistics",
     "FeatureStatistics",
+    "StopAtStep",
 ]
 
 _LAZY = {
@@ -43,6 +44,7 @@ _LAZY = {
     "diagnose": "ingest._diagnose",
     "feature_space": "ingest._feature_space",
     "Statistics": "ingest.statistics",
+    "StopAtStep": "ingest._keras",
     "FeatureStatistics": "ingest.statistics",
     "distribute": "ingest._distribute",
     "load_info": "ingest._info",

@@ -45,6 +45,7 @@ def make_dataset(
     shuffle: bool = True,
     seed: int | None = None,
     num_epochs: int | None = 1,
+    start_batch=None,
     cache=None,
     preprocess=None,
     drop_remainder: bool = False,
@@ -99,6 +100,12 @@ def make_dataset(
             rows of each window of blocks (`ReadOptions.block_window`, >= 65,536 rows or
             the split) are permuted together.
         seed: makes shuffling and image augmentation reproducible.
+        start_batch: start each new iterator at this batch of the stream instead of the
+            first: an int, or a scalar integer `tf.Variable` read when the iterator is
+            created (e.g. a Keras model's `optimizer.iterations`, restored by
+            `BackupAndRestore` before fit creates its iterator). It seeks: earlier windows
+            are not read. Needs a `seed` (the order must be the one the stream started
+            in) and the blocks layout's seekable order.
         deterministic: deliver elements in a fixed order. None: exactly when a `seed` is
             given (out-of-order delivery is faster).
 
@@ -173,6 +180,7 @@ def make_dataset(
         deterministic=deterministic,
         cache=cache,
         skip_corrupt=skip_corrupt,
+        start_batch=start_batch,
         image=_request.image_options(
             image,
             image_size=image_size,
@@ -197,6 +205,11 @@ def make_dataset(
             req.num_pipelines,
         )
     target = _cache_target(req, plan)
+    if req.start_batch is not None and (target is not None or not _epoch_order.seekable(req)):
+        raise ValueError(
+            "start_batch needs the blocks layout's seekable order: a dataset in the blocks layout, "
+            "no cache, skip_corrupt or service, and ReadOptions(seekable_order=True) (the default)"
+        )
     if target is None and _epoch_order.seekable(req):
         index = _block_index.index_split(req.path, req.split, req.info.block_rows)
         index = _block_index.pipeline_blocks(index, num_pipelines=req.num_pipelines, pipeline_id=req.pipeline_id)

@@ -230,7 +230,7 @@ def seekable_block_batches(req: Request, index: BlockIndex) -> tf.data.Dataset:
             return order
         return tf.random.experimental.stateless_shuffle(order, seed=tf.stack([seed, 2 * key]))
 
-    def plan(seed, saved_fingerprint, this_pass, w):
+    def plan(seed, saved_fingerprint, this_pass, w, drop):
         """Window w -> the blocks it reads, and where each of its rows sits in them."""
         same = tf.debugging.Assert(
             tf.equal(saved_fingerprint, fingerprint),
@@ -253,14 +253,14 @@ def seekable_block_batches(req: Request, index: BlockIndex) -> tf.data.Dataset:
         skip = start - ends[first] + tf.gather(rows_of, orders[first])
         with tf.control_dependencies([same]):
             blocks = orders[first : last + 1]
-        return seed, _key(this_pass, w), w, blocks, skip, stop - start
+        return seed, _key(this_pass, w), w, blocks, skip, stop - start, drop
 
-    def read(seed, key, w, blocks, skip, rows):
+    def read(seed, key, w, blocks, skip, rows, drop):
         # A block short of its frame (a file cut after indexing) yields nothing: _all_read names it.
         serialized = reads(blocks).batch(tf.size(blocks, out_type=tf.int64))
-        return serialized.map(lambda positions, s: (seed, key, w, blocks, positions, s, skip, rows))
+        return serialized.map(lambda positions, s: (seed, key, w, blocks, positions, s, skip, rows, drop))
 
-    def rows_of_window(seed, key, w, blocks, positions, serialized, skip, rows):
+    def rows_of_window(seed, key, w, blocks, positions, serialized, skip, rows, drop):
         names = tf.gather(files, tf.gather(file_of, blocks))
         with tf.control_dependencies([_all_read(positions, blocks, index, names)]):
             serialized = tf.identity(serialized)
@@ -271,10 +271,9 @@ def seekable_block_batches(req: Request, index: BlockIndex) -> tf.data.Dataset:
             order = _within_epochs(rows, seed, key, w, window, total_rows) if shuffle else tf.range(rows)
         take = skip + order
         rows = {name: tf.gather(column, take) for name, column in values.items()}
-        return split_label(padded(rows))
+        return split_label(padded(rows)), drop
 
-    def batches(*element):
-        element = element[0] if len(element) == 1 else element  # a dict, or (features, label)
+    def batches(element, drop):
         n = tf.shape(tf.nest.flatten(element)[0], out_type=tf.int64)[0]
         whole = n // batch * batch
 
@@ -285,10 +284,10 @@ def seekable_block_batches(req: Request, index: BlockIndex) -> tf.data.Dataset:
             return tf.reshape(head, tf.concat([[-1, batch], tf.shape(x)[1:]], axis=0))
 
         ds = tf.data.Dataset.from_tensor_slices(tf.nest.map_structure(cut, element))
-        if req.drop_remainder:
-            return ds
-        rest = tf.data.Dataset.from_tensors(tf.nest.map_structure(lambda x: x[whole:], element))
-        return ds.concatenate(rest.filter(lambda *_: whole < n))
+        if not req.drop_remainder:
+            rest = tf.data.Dataset.from_tensors(tf.nest.map_structure(lambda x: x[whole:], element))
+            ds = ds.concatenate(rest.filter(lambda *_: whole < n))
+        return ds.skip(drop)
 
     # Each new iterator over the dataset is a new pass (as with tf.data's
     # reshuffle_each_iteration: Keras iterates a finite dataset anew every epoch), whose
@@ -297,20 +296,30 @@ def seekable_block_batches(req: Request, index: BlockIndex) -> tf.data.Dataset:
     # flat_map's inner iterator by replaying its position, not its state, so the scan
     # stands outside it).
     passes = tf.Variable(tf.constant(-1, tf.int64), trainable=False, name="ingest_passes")
+    start = req.start_batch
 
-    def windows_of_pass(this_pass):
-        ds = tf.data.Dataset.range(windows)
+    def first_batch():
+        """Where a new iterator starts: batch 0, or `start_batch` (a variable is read now)."""
+        if start is None:
+            return tf.constant(0, tf.int64)
+        return tf.cast(tf.convert_to_tensor(start), tf.int64)
+
+    def windows_of_pass(this_pass, first):
+        # Seeking: whole windows before the first batch are not read; the first window
+        # drops the batches before it (a window holds whole batches).
+        w0, drop = first * batch // window, first * batch % window // batch
+        ds = tf.data.Dataset.range(w0, windows)
         if stream is None:
             ds = ds.repeat()
-        return ds.map(lambda w: (this_pass, w))
+        return ds.map(lambda w: (this_pass, w, tf.where(tf.equal(w, w0), drop, 0)))
 
     def keep(state, element):
         seed, saved_fingerprint, kept_pass = state
-        this_pass, w = element
+        this_pass, w, drop = element
         state = (seed, saved_fingerprint, tf.where(kept_pass < 0, this_pass, kept_pass))
-        return state, state + (w,)
+        return state, state + (w, drop)
 
-    ds = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).map(lambda _: passes.assign_add(1))
+    ds = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).map(lambda _: (passes.assign_add(1), first_batch()))
     ds = ds.flat_map(windows_of_pass)
     if stream is None:
         ds = ds.repeat()  # never repeats (the pass is endless); tells tf.data the cardinality is infinite

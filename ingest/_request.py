@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import uuid
-from typing import Callable
+from typing import Any, Callable
 
 import tensorflow as tf
 
@@ -49,6 +49,7 @@ class Request:
     pipeline_id: int = 0
     service: str | None = None  # a tf.data service dispatcher, "grpc://host:port"
     processing_mode: str = "distributed_epoch"
+    start_batch: Any = None  # None, an int >= 0, or a scalar integer tf.Variable read per iterator
 
     @property
     def checks_counts(self) -> bool:
@@ -110,6 +111,7 @@ def build(
     pipeline_id: int = 0,
     service: str | None = None,
     processing_mode: str = "distributed_epoch",
+    start_batch=None,
 ) -> Request:
     """Checks one call's arguments against each other and the dataset's metadata.
 
@@ -124,6 +126,18 @@ def build(
         raise ValueError(f"num_epochs must be a positive integer or None (repeat forever), got {num_epochs!r}")
     if preprocess is not None and not callable(preprocess):
         raise ValueError(f"preprocess must be a callable or None, got {preprocess!r}")
+    if start_batch is not None:
+        if _is_variable(start_batch):
+            value = tf.convert_to_tensor(start_batch)
+            if value.shape.rank != 0 or not value.dtype.is_integer:
+                raise ValueError(f"start_batch must be a scalar integer variable, got {start_batch!r}")
+        elif isinstance(start_batch, bool) or not isinstance(start_batch, int) or start_batch < 0:
+            raise ValueError(f"start_batch must be a non-negative int or a variable, got {start_batch!r}")
+        if seed is None:
+            raise ValueError(
+                "start_batch needs a seed: without one each run draws its own order, and batch N of "
+                "another order is not where the interrupted run stopped"
+            )
     if deterministic not in (None, True, False):
         raise ValueError(f"deterministic must be True, False or None, got {deterministic!r}")
     if not isinstance(options, ReadOptions):
@@ -221,7 +235,13 @@ def build(
         pipeline_id=pipeline_id,
         service=service,
         processing_mode=processing_mode,
+        start_batch=start_batch,
     )
+
+
+def _is_variable(value) -> bool:
+    """A tf.Variable, or a Keras variable (its TensorFlow backend wraps one)."""
+    return isinstance(value, tf.Variable) or isinstance(getattr(value, "value", None), tf.Variable)
 
 
 def _decoded_images(info, path, features, image: ImageOptions | None) -> ImageOptions | None:

@@ -196,3 +196,52 @@ def test_training_killed_mid_epoch_resumes_to_the_same_weights(dataset, tmp_path
     resumed = train(tmp_path / "killed", 0, tmp_path / "killed.npy")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     np.testing.assert_array_equal(np.load(tmp_path / "killed.npy"), np.load(tmp_path / "whole.npy"))
+
+
+@pytest.mark.parametrize("start", [0, 5, EPOCH - 1, EPOCH + 3, 3 * EPOCH + 10])
+def test_start_batch_seeks_to_that_batch_of_the_stream(dataset, start):
+    kwargs = dict(batch_size=BATCH, num_epochs=None, seed=11)
+    whole = _uninterrupted(ingest.make_dataset(dataset, **kwargs), start + 12)
+    assert _uninterrupted(ingest.make_dataset(dataset, start_batch=start, **kwargs), 12) == whole[start:]
+
+
+def test_start_batch_from_a_variable_is_read_when_the_iterator_is_created(dataset):
+    kwargs = dict(batch_size=BATCH, num_epochs=None, seed=11)
+    whole = _uninterrupted(ingest.make_dataset(dataset, **kwargs), 40)
+    position = tf.Variable(0, dtype=tf.int64)
+    ds = ingest.make_dataset(dataset, start_batch=position, **kwargs)
+    position.assign(30)  # after the dataset was built, before its iterator
+    assert _uninterrupted(ds, 10) == whole[30:]
+
+
+def test_start_batch_is_refused_where_it_cannot_seek(dataset):
+    with pytest.raises(ValueError, match=r"start_batch needs a seed"):
+        ingest.make_dataset(dataset, batch_size=BATCH, start_batch=3)
+    with pytest.raises(ValueError, match=r"start_batch needs the blocks layout's seekable order"):
+        ingest.make_dataset(
+            dataset, batch_size=BATCH, seed=1, start_batch=3, options=ingest.ReadOptions(seekable_order=False)
+        )
+    with pytest.raises(ValueError, match=r"start_batch must be a non-negative int"):
+        ingest.make_dataset(dataset, batch_size=BATCH, seed=1, start_batch=-1)
+
+
+@pytest.mark.slow
+def test_keras_fit_killed_mid_epoch_resumes_to_the_same_weights(dataset, tmp_path):
+    """The README's Keras recipe: BackupAndRestore every 10 batches, killed after step 25 of
+    an epoch of 16 (so mid-epoch, past a backup at 20), rerun: the weights of an
+    uninterrupted fit. Without `start_batch` the rerun reads the stream from its start."""
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+    def fit(directory, die_after, out):
+        args = [dataset, str(directory), "3", "16", str(die_after), str(out)]
+        return subprocess.run(
+            [sys.executable, "tests/keras_resume_child.py", *args], capture_output=True, text=True, env=env, timeout=300
+        )
+
+    whole = fit(tmp_path / "whole", 0, tmp_path / "whole.npy")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    killed = fit(tmp_path / "killed", 25, tmp_path / "killed.npy")
+    assert killed.returncode == 3 and not (tmp_path / "killed.npy").exists(), killed.stderr[-3000:]
+    resumed = fit(tmp_path / "killed", 0, tmp_path / "killed.npy")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    np.testing.assert_array_equal(np.load(tmp_path / "killed.npy"), np.load(tmp_path / "whole.npy"))
