@@ -447,3 +447,27 @@ def test_blocks_of_images_are_refused_naming_the_layout(tmp_path):
     (root / "train-00000-of-00001.tfrecord").write_bytes(b"")
     with pytest.raises(ValueError, match=r"image dataset in the 'blocks' layout.*--layout rows"):
         ingest.make_dataset(str(root), batch_size=2, image_size=(8, 8))
+
+
+def test_a_checkpoint_after_a_corrupt_block_was_skipped_resumes_to_the_next_batch(blocks_copy, tmp_path):
+    path = _shard_path(blocks_copy)
+    data = bytearray(open(path, "rb").read())
+    frames = _frames(path)
+    third = sum(len(f) + 16 for f in frames[:2])
+    data[third + 12 + 5] ^= 0xFF  # the third block fails its CRC: the rest of that shard is lost
+    open(path, "wb").write(bytes(data))
+
+    def make():
+        # skip_corrupt reads in the streaming order, whose plain checkpoint holds its buffers.
+        return ingest.make_dataset(blocks_copy, batch_size=64, seed=1, deterministic=True, skip_corrupt=True)
+
+    full = _ids(make())
+    before = ingest.skipped_corrupt_records()[path]
+    it = iter(make())
+    for _ in range(10):  # the shards are small: by now every one has been read, the bad one too
+        next(it)
+    assert ingest.skipped_corrupt_records()[path] > before
+    saved = tf.train.Checkpoint(it=it).save(str(tmp_path / "ckpt"))
+    it2 = iter(make())
+    tf.train.Checkpoint(it=it2).restore(saved)
+    assert [r for x, _ in it2 for r in x["id"].numpy().tolist()] == full[10 * 64 :]
