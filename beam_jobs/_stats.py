@@ -1,7 +1,7 @@
 """What a conversion counted: rows, quarantine reasons, records per split, feature facts.
 
-Each bundle fills one `ConversionStats`; Beam combines them with `ConversionStats.merge`
-(the runner pickles the dataclass between stages, as TFDS does with its own).
+Each bundle fills one `ConversionStats`; it crosses stages packed into one pickled blob
+(`pack`) and Beam combines the blobs with `ConversionStats.merge_packed`.
 """
 
 from __future__ import annotations

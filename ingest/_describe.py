@@ -87,8 +87,8 @@ def label_rows(info: contract.DatasetInfo) -> list:
     values = [t.value for t in overall.top]
     rows = []
     for v in values:
-        name = info.labels[v] if info.labels and isinstance(v, int) and 0 <= v < len(info.labels) else v
-        row = {"label": f"{name!r}"}
+        name = _class_name(info, v)
+        row = {"label": repr(v if name is None else name)}
         for split, s in per.items():
             count = next((t.count for t in s.top if t.value == v), 0)
             row[split] = f"{count:,} ({100 * count / max(s.count, 1):.1f}%)"
@@ -185,8 +185,16 @@ def plot(info: contract.DatasetInfo, out: str, split: str | None = None) -> int:
     return len(shown)
 
 
+def _class_name(info: contract.DatasetInfo, value) -> str | None:
+    """An integer label's class name, when the dataset records class names."""
+    if info.labels and isinstance(value, int) and 0 <= value < len(info.labels):
+        return info.labels[value]
+    return None
+
+
 def _label_text(info: contract.DatasetInfo, f: contract.FeatureSpec, value) -> str:
-    if f.name == info.label and info.labels and isinstance(value, int) and 0 <= value < len(info.labels):
-        return str(info.labels[value])
+    name = _class_name(info, value) if f.name == info.label else None
+    if name is not None:
+        return str(name)
     text = repr(value) if isinstance(value, str) else str(value)
     return text if len(text) <= 18 else text[:17] + "…"

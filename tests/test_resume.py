@@ -177,25 +177,37 @@ def test_without_shuffle_the_order_is_the_shards_in_turn(dataset):
     assert ids[:first] == written
 
 
+def _killed_and_resumed(script: str, args, tmp_path) -> None:
+    """Runs `script` whole, then killed after step 25 and run again: both must end with the
+    same weights. `args(directory, die_after, out)` gives its arguments."""
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+    def run(directory, die_after, out):
+        return subprocess.run(
+            [sys.executable, script, *args(directory, die_after, out)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+
+    whole = run(tmp_path / "whole", 0, tmp_path / "whole.npy")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    killed = run(tmp_path / "killed", 25, tmp_path / "killed.npy")
+    assert killed.returncode == 3 and not (tmp_path / "killed.npy").exists(), killed.stderr[-3000:]
+    resumed = run(tmp_path / "killed", 0, tmp_path / "killed.npy")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    np.testing.assert_array_equal(np.load(tmp_path / "killed.npy"), np.load(tmp_path / "whole.npy"))
+
+
 @pytest.mark.slow
 def test_training_killed_mid_epoch_resumes_to_the_same_weights(dataset, tmp_path):
     """The README's recipe: killed after step 25 (last checkpoint at 20), rerun, it ends where an
     uninterrupted run ends: the same batches were trained on, in the same order."""
-    env = {**os.environ, "PYTHONPATH": os.getcwd(), "TF_CPP_MIN_LOG_LEVEL": "2"}
-
-    def train(directory, die_after, out):
-        args = [dataset, str(directory), str(EPOCH + 30), str(die_after), str(out)]  # crosses an epoch
-        return subprocess.run(
-            [sys.executable, "tests/train_resume_child.py", *args], capture_output=True, text=True, env=env, timeout=300
-        )
-
-    whole = train(tmp_path / "whole", 0, tmp_path / "whole.npy")
-    assert whole.returncode == 0, whole.stderr[-3000:]
-    killed = train(tmp_path / "killed", 25, tmp_path / "killed.npy")
-    assert killed.returncode == 3 and not (tmp_path / "killed.npy").exists(), killed.stderr[-3000:]
-    resumed = train(tmp_path / "killed", 0, tmp_path / "killed.npy")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    np.testing.assert_array_equal(np.load(tmp_path / "killed.npy"), np.load(tmp_path / "whole.npy"))
+    steps = EPOCH + 30  # crosses an epoch
+    _killed_and_resumed(
+        "tests/train_resume_child.py", lambda d, die, out: [dataset, str(d), str(steps), str(die), str(out)], tmp_path
+    )
 
 
 @pytest.mark.parametrize("start", [0, 5, EPOCH - 1, EPOCH + 3, 3 * EPOCH + 10])
@@ -230,18 +242,6 @@ def test_keras_fit_killed_mid_epoch_resumes_to_the_same_weights(dataset, tmp_pat
     """The README's Keras recipe: BackupAndRestore every 10 batches, killed after step 25 of
     an epoch of 16 (so mid-epoch, past a backup at 20), rerun: the weights of an
     uninterrupted fit. Without `start_batch` the rerun reads the stream from its start."""
-    env = {**os.environ, "PYTHONPATH": os.getcwd(), "TF_CPP_MIN_LOG_LEVEL": "2"}
-
-    def fit(directory, die_after, out):
-        args = [dataset, str(directory), "3", "16", str(die_after), str(out)]
-        return subprocess.run(
-            [sys.executable, "tests/keras_resume_child.py", *args], capture_output=True, text=True, env=env, timeout=300
-        )
-
-    whole = fit(tmp_path / "whole", 0, tmp_path / "whole.npy")
-    assert whole.returncode == 0, whole.stderr[-3000:]
-    killed = fit(tmp_path / "killed", 25, tmp_path / "killed.npy")
-    assert killed.returncode == 3 and not (tmp_path / "killed.npy").exists(), killed.stderr[-3000:]
-    resumed = fit(tmp_path / "killed", 0, tmp_path / "killed.npy")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    np.testing.assert_array_equal(np.load(tmp_path / "killed.npy"), np.load(tmp_path / "whole.npy"))
+    _killed_and_resumed(
+        "tests/keras_resume_child.py", lambda d, die, out: [dataset, str(d), "3", "16", str(die), str(out)], tmp_path
+    )
