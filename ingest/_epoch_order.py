@@ -204,6 +204,27 @@ def _within_epochs(n, seed, key, w, window: int, total_rows: int):
     )
 
 
+def _row_slice(start, count):
+    """x -> x[start : start + count] along its rows (count -1: to the end).
+
+    One Slice op per tensor, its begin and size vectors made once per rank: every op of a
+    tf.data function costs time whenever an iterator is made, and a window has a tensor
+    per column.
+    """
+    vectors = {}
+
+    def rows(x):
+        if isinstance(x, tf.RaggedTensor):
+            return x[start:] if isinstance(count, int) and count == -1 else x[start : start + count]
+        rank = x.shape.rank
+        if rank not in vectors:
+            rest_begin, rest_size = tf.zeros([rank - 1], tf.int64), -tf.ones([rank - 1], tf.int64)
+            vectors[rank] = (tf.concat([[start], rest_begin], 0), tf.concat([[count], rest_size], 0))
+        return tf.slice(x, *vectors[rank])
+
+    return rows
+
+
 def seekable_block_batches(req: Request, index: BlockIndex) -> tf.data.Dataset:
     """Batches of this pipeline's blocks in the (seed, epoch) order, as a symbolically checkpointable dataset."""
     features = _parse.selected_features(req)
@@ -224,11 +245,28 @@ def seekable_block_batches(req: Request, index: BlockIndex) -> tf.data.Dataset:
     reads = _block_reads(index, req)
     shuffle = req.shuffle
 
-    def epoch_order(seed, key):
-        order = tf.range(num_blocks, dtype=tf.int64)
+    def epoch_orders(seed, this_pass, epochs):
+        """[E] epochs -> [E, blocks]: each epoch's block order, keyed by (seed, pass, epoch).
+
+        One vectorized op for every epoch of the window (a map over epochs would add a loop
+        whose ops every new iterator pays for).
+        """
+        positions = tf.range(num_blocks, dtype=tf.int64)
+        count = tf.size(epochs, out_type=tf.int64)
         if not shuffle:
-            return order
-        return tf.random.experimental.stateless_shuffle(order, seed=tf.stack([seed, 2 * key]))
+            return tf.tile(positions[None], tf.stack([count, 1]))
+        # The op keys its permutation on 32 bits of each of three seed words: a 64-bit hash
+        # of (seed, pass, epoch) fills two, so that no two of them share an order.
+        keys = tf.strings.to_hash_bucket_fast(
+            tf.strings.join([tf.strings.as_string(seed), tf.strings.as_string(_key(this_pass, epochs))], "/"), 2**63 - 1
+        )
+        keys = tf.stack([keys % 2**32, keys // 2**32, tf.zeros_like(keys)], axis=1)
+        order = tf.raw_ops.RandomIndexShuffle(
+            index=tf.tile(positions, [count]),
+            seed=tf.repeat(keys, num_blocks, axis=0),
+            max_index=tf.constant(num_blocks - 1, tf.int64),
+        )
+        return tf.reshape(order, tf.stack([count, num_blocks]))
 
     def plan(seed, saved_fingerprint, this_pass, w, drop):
         """Window w -> the blocks it reads, and where each of its rows sits in them."""
@@ -243,7 +281,7 @@ def seekable_block_batches(req: Request, index: BlockIndex) -> tf.data.Dataset:
         start = w * window
         stop = start + window if stream is None else tf.minimum(start + window, stream)
         epochs = tf.range(start // total_rows, (stop - 1) // total_rows + 1, dtype=tf.int64)
-        orders = tf.map_fn(lambda e: epoch_order(seed, _key(this_pass, e)), epochs, fn_output_signature=tf.int64)
+        orders = epoch_orders(seed, this_pass, epochs)
         # Where each epoch's blocks end in the stream. The window's rows are consecutive in
         # the stream, so they are consecutive in its blocks parsed in order: the blocks from
         # the one holding `start` to the one holding `stop - 1`, less `skip` rows at the head.
@@ -273,19 +311,28 @@ def seekable_block_batches(req: Request, index: BlockIndex) -> tf.data.Dataset:
         rows = {name: tf.gather(column, take) for name, column in values.items()}
         return split_label(padded(rows)), drop
 
+    # Only the stream's last window can end in a short batch (every window is whole batches).
+    short_tail = stream is not None and stream % batch != 0
+
     def batches(element, drop):
+        """A window's rows -> its batches: a reshape per column (a few ops each: every op here
+        costs time whenever an iterator is made), and the short tail, if the stream has one."""
         n = tf.shape(tf.nest.flatten(element)[0], out_type=tf.int64)[0]
-        whole = n // batch * batch
+        whole = n // batch * batch if short_tail else n
+        head = _row_slice(0, whole)
 
         def cut(x):
-            head = x[:whole]
+            rows = head(x) if short_tail else x
             if isinstance(x, tf.RaggedTensor):
-                return tf.RaggedTensor.from_uniform_row_length(head, batch)
-            return tf.reshape(head, tf.concat([[-1, batch], tf.shape(x)[1:]], axis=0))
+                return tf.RaggedTensor.from_uniform_row_length(rows, batch)
+            inner = x.shape[1:]
+            if inner.is_fully_defined():
+                return tf.reshape(rows, [-1, batch] + inner.as_list())
+            return tf.reshape(rows, tf.concat([[-1, batch], tf.shape(x)[1:]], 0))
 
         ds = tf.data.Dataset.from_tensor_slices(tf.nest.map_structure(cut, element))
-        if not req.drop_remainder:
-            rest = tf.data.Dataset.from_tensors(tf.nest.map_structure(lambda x: x[whole:], element))
+        if not req.drop_remainder:  # (always: a batch dimension of None, as the rows layout gives)
+            rest = tf.data.Dataset.from_tensors(tf.nest.map_structure(_row_slice(whole, -1), element))
             ds = ds.concatenate(rest.filter(lambda *_: whole < n))
         return ds.skip(drop)
 
