@@ -90,7 +90,9 @@ def _block_reads(index: BlockIndex, req: Request):
         )
         # No ignore_errors (tf.data cannot checkpoint it symbolically): a block failing its
         # CRC raises TensorFlow's DataLossError, which names its byte offset, not the file.
-        return tf.data.experimental.from_variant(variant, spec).take(1).map(lambda record: (position, record))
+        # Zipped with its position rather than mapped: a map would run a function per block.
+        record = tf.data.experimental.from_variant(variant, spec).take(1)
+        return tf.data.Dataset.zip((tf.data.Dataset.from_tensors(position), record))
 
     def reads(blocks):
         """The blocks' records, each with its position in `blocks`, and a check that the files exist."""
