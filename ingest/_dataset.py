@@ -324,7 +324,7 @@ def _tf_options(req: Request, *, symbolic_checkpoint: bool = False) -> tf.data.O
     o = tf.data.Options()
     # Determinism is set on each op (interleave, maps); a global Options.deterministic
     # measured slower here (TF 2.21).
-    o.autotune.enabled = True
+    o.autotune.enabled = opts.autotune
     if opts.ram_budget_bytes is not None:
         o.autotune.ram_budget = opts.ram_budget_bytes
     if opts.cpu_budget is not None:

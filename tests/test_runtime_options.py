@@ -9,6 +9,7 @@ import warnings
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from PIL import Image
 
 import ingest
@@ -151,6 +152,18 @@ def test_read_options_errors_name_the_class_and_field(tabular):
         ingest.ReadOptions(shuffle_buffer=-1)
     with pytest.raises(ValueError, match=r"options must be an ingest.ReadOptions, got dict"):
         ingest.make_dataset(tabular, batch_size=4, options={"cycle_length": 2})
+
+
+def test_tf_data_autotune_is_off_by_default_and_on_when_asked_with_the_same_batches(tabular):
+    kwargs = dict(batch_size=4, shuffle=True, seed=5)
+    plain = ingest.make_dataset(tabular, **kwargs)
+    tuned = ingest.make_dataset(tabular, options=ingest.ReadOptions(autotune=True), **kwargs)
+    assert plain.options().autotune.enabled is False
+    assert tuned.options().autotune.enabled is True
+    flat = [tf.nest.map_structure(lambda t: t.numpy().tolist(), b) for b in plain]
+    assert flat == [tf.nest.map_structure(lambda t: t.numpy().tolist(), b) for b in tuned]
+    with pytest.raises(ValueError, match=r"ReadOptions.autotune must be a bool, got 'yes'"):
+        ingest.ReadOptions(autotune="yes")
 
 
 # The request
