@@ -51,9 +51,9 @@ class ReadOptions:
     seekable_order: blocks layout only: read blocks one by one at their byte offsets, in
         an order that is a pure function of (seed, epoch), so that an iterator
         checkpoint (`tf.train.Checkpoint(iterator=it)`) holds a few integers and a
-        restored iterator seeks to its next batch. Default True (measured: 4.6 KB
-        checkpoints; 0.88-0.94x the streaming order's examples/s in a long-lived
-        iterator, benchmarks.checkpoints). False: the streaming
+        restored iterator seeks to its next batch. Default True (measured: 3-5.3 KB
+        checkpoints; 0.81-0.94x the streaming order's examples/s in a long-lived
+        iterator, ~0.77x with an iterator per epoch, benchmarks.checkpoints). False: the streaming
         pipeline (shard interleave, then a block shuffle buffer), whose checkpoints hold
         its buffers. Gzip-compressed datasets, `skip_corrupt`, the tf.data service and
         `cache` always use the streaming pipeline.
