@@ -199,6 +199,26 @@ def test_each_pass_over_a_seeded_dataset_permutes_anew_and_reproducibly(both):
     assert passes(9) == first
 
 
+def test_block_order_changes_with_every_pass_and_epoch(both):
+    # One block per window: the order rows come in is the order blocks are read in. Block
+    # neighbours of one epoch must rarely be neighbours in another (a random order keeps
+    # ~2 of the 127 pairs; a seed word that a permutation op ignores would keep all).
+    def block_order(ids):
+        blocks = [(i // 1000, i % 1000 // K) for i in ids]
+        return list(dict.fromkeys(blocks))
+
+    def kept_neighbours(a, b):
+        pairs = set(zip(b, b[1:]))
+        return sum(p in pairs for p in zip(a, a[1:])) / (len(a) - 1)
+
+    ds = ingest.make_dataset(both[1], batch_size=K, seed=4, num_epochs=2, options=ingest.ReadOptions(block_window=1))
+    first_pass, second_pass = _ids(ds), _ids(ds)
+    epochs = [block_order(first_pass[:4000]), block_order(first_pass[4000:]), block_order(second_pass[:4000])]
+    assert all(len(order) == 128 for order in epochs)
+    assert kept_neighbours(epochs[0], epochs[1]) < 0.2  # epochs of one pass
+    assert kept_neighbours(epochs[0], epochs[2]) < 0.2  # passes
+
+
 def test_shuffled_rows_hold_the_same_values_in_both_layouts(both):
     def by_id(path):
         rows = {}
