@@ -26,9 +26,6 @@ class Typed:
     cols: list  # [(name, dtype, Arrow array)] of the good rows
     rows: np.ndarray  # source row number of each good row
     bad: list  # BadRow, every row set aside while reading or typing
-    # name -> the good rows of a text column as the source's dictionary-encoded array
-    # (Parquet): the statistics count its indices instead of hashing every string.
-    dictionaries: dict = dataclasses.field(default_factory=dict)
 
 
 def typed(source, path: str, chunk: _sources.Chunk, types: dict, label: str | None) -> Typed:
@@ -49,29 +46,11 @@ def typed(source, path: str, chunk: _sources.Chunk, types: dict, label: str | No
                 )
             )
         bad_mask = bad_mask | missing
-    dictionaries = _dictionary_columns(chunk, cols)
     if bad_mask.any():
         keep = pa.array(~bad_mask)
         cols = [(name, dtype, arr.filter(keep)) for name, dtype, arr in cols]
-        dictionaries = {name: arr.filter(keep) for name, arr in dictionaries.items()}
         rows = rows[~bad_mask]
-    return Typed(cols, rows, bad, dictionaries)
-
-
-def _dictionary_columns(chunk: _sources.Chunk, cols: list) -> dict:
-    """The chunk's text columns that the source read dictionary-encoded, with the same
-    values as their typed arrays (a dictionary of the typed array's own type)."""
-    batch = getattr(chunk, "batch", None)
-    if batch is None:
-        return {}
-    out = {}
-    for name, dtype, arr in cols:
-        if dtype != "bytes" or name not in batch.schema.names:
-            continue
-        raw = batch.column(name)
-        if pa.types.is_dictionary(raw.type) and raw.type.value_type == arr.type:
-            out[name] = raw
-    return out
+    return Typed(cols, rows, bad)
 
 
 @dataclasses.dataclass(frozen=True)

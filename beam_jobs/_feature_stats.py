@@ -205,13 +205,6 @@ class _Counts:
                 return
             self._add_counts(pa.array(values), counts)
             return
-        if pa.types.is_dictionary(arr.type) and arr.null_count:
-            arr = arr.dictionary_decode()  # a null's index slot holds no value to count
-        if pa.types.is_dictionary(arr.type):  # counted by index: no string is hashed
-            counts = np.bincount(arr.indices.to_numpy(zero_copy_only=False), minlength=len(arr.dictionary))
-            used = np.flatnonzero(counts)
-            self._add_counts(arr.dictionary.take(pa.array(used)), counts[used].astype(np.int64))
-            return
         vc = pc.value_counts(arr)
         self._add_counts(vc.field(0), vc.field(1).to_numpy().astype(np.int64))
 
@@ -444,18 +437,15 @@ class FeatureStats:
         self.lengths = _Lengths() if kind != "number" else None
         self.list_lengths = _Lengths() if is_list else None
 
-    def add(self, arr: pa.Array, keys: Keys, *, numbers: bool = True, encoded: pa.Array | None = None) -> None:
+    def add(self, arr: pa.Array, keys: Keys, *, numbers: bool = True) -> None:
         """Adds a chunk's column (`keys`: the rows' sampling keys); with `numbers=False`
-        the number statistics are left to `add_numbers_together`. `encoded`: the same
-        scalar text column dictionary-encoded, whose values are counted by index."""
+        the number statistics are left to `add_numbers_together`."""
         valid = arr.is_valid().to_numpy(zero_copy_only=False) if arr.null_count else None
         present = len(arr) - arr.null_count
         self.count += present
         self.missing += arr.null_count
         if valid is not None:
-            mask = pa.array(valid)
-            arr, keys = arr.filter(mask), keys.subset(valid)
-            encoded = None if encoded is None else encoded.filter(mask)
+            arr, keys = arr.filter(pa.array(valid)), keys.subset(valid)
         if self.is_list:
             lengths = pc.list_value_length(arr).to_numpy(zero_copy_only=False)
             self.list_lengths.add(lengths, keys)
@@ -468,11 +458,7 @@ class FeatureStats:
         else:
             self.lengths.add(pc.binary_length(arr).to_numpy(zero_copy_only=False), None)
         if self.counts is not None:
-            if self.kind == "binary":
-                arr = _digests(arr)
-            elif encoded is not None and not self.is_list:
-                arr = encoded
-            self.counts.add(arr)
+            self.counts.add(_digests(arr) if self.kind == "binary" else arr)
 
     def _add_numbers(self, arr: pa.Array, keys: Keys) -> None:
         x = _as_stored(arr, self.dtype)

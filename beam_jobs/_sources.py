@@ -342,9 +342,6 @@ def iter_parquet_chunks(path: str, columns: list, batch_rows: int = 32768) -> It
         missing = [c for c in columns if c not in pf.schema_arrow.names]
         if missing:
             raise ValueError(f"input file {path} lacks column(s) {missing}; it has {pf.schema_arrow.names}")
-        encoded = _dictionary_encoded(pf, columns)
-        if encoded:
-            pf = pq.ParquetFile(f, metadata=pf.metadata, read_dictionary=encoded)
         next_row = 1
         batches = pf.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False)
         while True:
@@ -357,30 +354,6 @@ def iter_parquet_chunks(path: str, columns: list, batch_rows: int = 32768) -> It
             n = batch.num_rows
             yield Chunk(batch.select(columns), np.arange(next_row, next_row + n, dtype=np.int64), [])
             next_row += n
-
-
-def _dictionary_encoded(pf, columns: list) -> list:
-    """The string and binary columns that every row group stores with a dictionary page.
-
-    Read as Arrow dictionaries, they skip building a string per value in the reader (the
-    typing decodes them: on the benchmark corpus a read of 0.24 s became 0.11 + 0.03 s),
-    and the statistics count their indices instead of hashing each string. Columns
-    without dictionary pages stay plain: Arrow would hash every value to build one.
-    """
-    schema = pf.schema_arrow
-    meta = pf.metadata
-    positions = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
-    out = []
-    for name in columns:
-        t = schema.field(name).type
-        if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)):
-            continue
-        i = positions.get(name)
-        if i is not None and meta.num_row_groups and all(
-            meta.row_group(g).column(i).has_dictionary_page for g in range(meta.num_row_groups)
-        ):
-            out.append(name)
-    return out
 
 
 def _parquet_damage(pf, path: str, columns: list, next_row: int, batch_rows: int, error: Exception) -> str:

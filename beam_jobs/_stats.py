@@ -60,13 +60,9 @@ class ConversionStats:
                 if len(lengths):
                     self._lengths(name, pc.min(lengths).as_py(), pc.max(lengths).as_py())
 
-    def add_statistics(
-        self, cols, kinds: dict, split_of: np.ndarray, split_names: tuple, keys, dictionaries=None
-    ) -> None:
+    def add_statistics(self, cols, kinds: dict, split_of: np.ndarray, split_names: tuple, keys) -> None:
         """Per-split statistics of good records' columns [(name, dtype, arr)]; `split_of`: each row's split,
-        `keys`: the rows' sampling keys (`_feature_stats.chunk_keys`); `dictionaries`: text
-        columns as dictionary-encoded arrays of the same values, counted by index."""
-        dictionaries = dictionaries or {}
+        `keys`: the rows' sampling keys (`_feature_stats.chunk_keys`)."""
         parts = [(int(split_of[0]), None)] if len(split_of) and (split_of == split_of[0]).all() else None
         if parts is None:
             parts = [(int(s), np.flatnonzero(split_of == s)) for s in np.unique(split_of)]
@@ -80,11 +76,8 @@ class ConversionStats:
                 if stats is None:
                     stats = mine[name] = FeatureStats(dtype, kinds[name], _is_list(arr.type))
                 part = arr if take is None else arr.take(take)
-                encoded = dictionaries.get(name)
-                if encoded is not None and take is not None:
-                    encoded = encoded.take(take)
                 dense = stats.kind == "number" and not stats.is_list and part.null_count == 0 and len(part)
-                stats.add(part, split_keys, numbers=not dense, encoded=encoded)
+                stats.add(part, split_keys, numbers=not dense)
                 if dense:
                     group = together.setdefault(dtype, ([], []))
                     group[0].append(stats)

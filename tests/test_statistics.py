@@ -60,9 +60,7 @@ def _convert(root, table: pa.Table, *extra, files: int = 4) -> str:
     os.makedirs(root / "in", exist_ok=True)
     step = -(-table.num_rows // files)
     for i in range(files):
-        # Every other file without dictionary pages: text is then read plain and counted by
-        # hashing, elsewhere read as Arrow dictionaries and counted by index; both merge.
-        pq.write_table(table.slice(i * step, step), root / "in" / f"part-{i}.parquet", use_dictionary=i % 2 == 0)
+        pq.write_table(table.slice(i * step, step), root / "in" / f"part-{i}.parquet")
     out = root / "ds"
     run_convert(
         "--source", "parquet", "--input", root / "in" / "*.parquet", "--output", out, "--label", "y",
@@ -258,24 +256,6 @@ def test_counts_switch_to_sketches_when_merged_past_the_exact_limit():
     got = acc.to_json()
     truth = len(set(halves[0]) | set(halves[1]))
     assert not got["distinct_exact"] and got["distinct"] == pytest.approx(truth, rel=0.02)
-
-
-def test_dictionary_encoded_text_counts_as_its_decoded_values():
-    values = pa.array(["b", "a", None, "b", "c", "b", None, "a"])
-    encoded = values.dictionary_encode()
-
-    def counted(*arrays):
-        counts = _feature_stats._Counts(sketch_beyond=True)
-        for arr in arrays:
-            counts.add(arr)
-        counts._compact()
-        return dict(zip(counts.values.to_pylist(), counts.counts.tolist()))
-
-    want = {"a": 2, "b": 3, "c": 1}
-    assert counted(values.drop_null()) == want
-    assert counted(encoded) == counted(values)  # with nulls: decoded and counted as plain text is
-    assert counted(encoded.drop_null()) == want  # by index
-    assert counted(encoded.take(pa.array([0, 3])), values.take(pa.array([1, 4, 5, 7]))) == want
 
 
 def test_binary_values_are_counted_by_digest_past_the_exact_limit():
