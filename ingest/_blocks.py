@@ -76,7 +76,7 @@ def _counts_check(features: Sequence[contract.FeatureSpec], parsed: Mapping, row
     lengths of variable-length ones (one per row).
 
     One check for all of them, not one per feature: every op of a tf.data function costs
-    time each time an iterator is made (~0.3 ms apiece here), and per-feature checks were
+    time each time an iterator is made (~0.25 ms apiece here), and per-feature checks were
     most of a 21-column window parser.
     """
     lists = []  # (name in the block, values per row, what it holds, how the rows are said)

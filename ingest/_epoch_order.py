@@ -334,8 +334,10 @@ def seekable_block_batches(req: Request, index: BlockIndex) -> tf.data.Dataset:
 
         ds = tf.data.Dataset.from_tensor_slices(tf.nest.map_structure(cut, element))
         if not req.drop_remainder:  # (always: a batch dimension of None, as the rows layout gives)
-            rest = tf.data.Dataset.from_tensors(tf.nest.map_structure(_row_slice(whole, -1), element))
-            ds = ds.concatenate(rest.filter(lambda *_: whole < n))
+            # Without a short tail, whole == n: the window itself stands in for the empty
+            # tail (its rows dimension is None too) and is filtered out, no slice needed.
+            tail = tf.nest.map_structure(_row_slice(whole, -1), element) if short_tail else element
+            ds = ds.concatenate(tf.data.Dataset.from_tensors(tail).filter(lambda *_: whole < n))
         return ds.skip(drop)
 
     # Each new iterator over the dataset is a new pass (as with tf.data's
