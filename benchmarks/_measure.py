@@ -43,6 +43,31 @@ def drain_in_graph(ds) -> tuple:
     return n, time.perf_counter() - start
 
 
+def drain_steady_in_graph(ds, *, warmup_batches: int) -> tuple:
+    """Like drain_in_graph, but times only what follows the first `warmup_batches` batches;
+    returns (examples after them, seconds after them).
+
+    The steady state of a long-lived iterator: the clock starts in the graph when batch
+    `warmup_batches` arrives, so iterator creation and the first windows are not in it.
+    """
+    import tensorflow as tf
+
+    def add(state, batch):
+        n, k, started = state
+        rows = batch[1] if isinstance(batch, tuple) else batch
+        k = k + 1
+        started = tf.where(tf.equal(k, warmup_batches), tf.timestamp(), started)
+        counted = tf.where(k > warmup_batches, tf.shape(rows, out_type=tf.int64)[0], tf.constant(0, tf.int64))
+        return n + counted, k, started
+
+    zero = tf.constant(0, tf.int64)
+    n, k, started = ds.reduce((zero, zero, tf.constant(0.0, tf.float64)), add)
+    end = time.time()  # the same clock as tf.timestamp
+    if int(k) <= warmup_batches:
+        raise ValueError(f"the dataset gave {int(k)} batches, not more than the {warmup_batches} of warm-up")
+    return int(n), end - float(started)
+
+
 def median_rate(make, *, runs: int, warmup: int = 1) -> dict:
     """Examples/s of `make()` datasets: warm-up runs are reported apart from the median."""
     warm = [drain(make()) for _ in range(warmup)]

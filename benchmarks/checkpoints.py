@@ -7,8 +7,9 @@ the same process on the same data:
   plainly (its buffers are saved), and with `symbolic_checkpoint=True`.
 Each is checkpointed at several positions; restore time runs from a fresh iterator's
 `read` to its first batch. Throughput: both orders drained in-graph, epochs round-robin,
-medians after a warm-up, with a fresh iterator per epoch and with 8-epoch iterators (the
-steady state of a long training loop).
+medians after a warm-up, with a fresh iterator per epoch, with 8-epoch iterators, and
+with endless iterators timed after their first 200 batches (the steady state of a long
+training loop: iterator start-up and the first windows left out).
 
     python -m benchmarks.checkpoints [--rows 500000] [--epochs 5] [--quick]
 """
@@ -78,21 +79,35 @@ def checkpoint_costs(path: str, positions: list, batch_size: int) -> list:
     return rows
 
 
-def throughput(path: str, batch_size: int, epochs: int, *, epochs_per_iterator: int) -> dict:
-    """Median examples/s of both orders, `epochs` rounds of iterators `epochs_per_iterator` epochs long."""
+def throughput(path: str, batch_size: int, epochs: int, *, epochs_per_iterator: int | None) -> dict:
+    """Median examples/s of both orders, `epochs` rounds of iterators `epochs_per_iterator`
+    epochs long; None: endless iterators timed for 3 epochs after a 200-batch warm-up."""
     import ingest
+
+    warmup = 200
+    per_epoch = ingest.load_info(path).split("train").records // batch_size
 
     def maker(seekable: bool):
         options = ingest.ReadOptions(seekable_order=seekable)
-        return lambda: ingest.make_dataset(path, batch_size=batch_size, num_epochs=epochs_per_iterator, options=options)
+
+        def make():
+            ds = ingest.make_dataset(path, batch_size=batch_size, num_epochs=epochs_per_iterator, options=options)
+            return ds if epochs_per_iterator else ds.take(warmup + 3 * per_epoch)
+
+        return make
+
+    def drain(ds):
+        if epochs_per_iterator:
+            return _measure.drain_in_graph(ds)
+        return _measure.drain_steady_in_graph(ds, warmup_batches=warmup)
 
     makers = {"seekable order (default)": maker(True), "streaming order": maker(False)}
     for make in makers.values():
-        _measure.drain_in_graph(make())
+        drain(make())
     rates = {name: [] for name in makers}
     for _ in range(epochs):
         for name, make in makers.items():
-            n, s = _measure.drain_in_graph(make())
+            n, s = drain(make())
             rates[name].append(n / s)
     return {name: statistics.median(v) for name, v in rates.items()} | {"runs": rates}
 
@@ -129,7 +144,8 @@ def main(argv=None) -> None:
     print()
     print("| order | iterator | examples/s (median) | vs streaming |")
     print("|---|---|---:|---:|")
-    for label, per_iterator in (("one epoch", 1), ("8 epochs (steady state)", 8)):
+    iterators = (("one epoch", 1), ("8 epochs", 8), ("endless, after 200 batches (steady state)", None))
+    for label, per_iterator in iterators:
         r = throughput(path, args.batch_size, args.epochs, epochs_per_iterator=per_iterator)
         rates[label] = r
         seek, stream = r["seekable order (default)"], r["streaming order"]

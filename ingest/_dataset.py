@@ -98,7 +98,9 @@ def make_dataset(
             already shuffled records across shards). On the blocks layout: shard order,
             then blocks through a buffer (`ReadOptions.block_shuffle_buffer`), then the
             rows of each window of blocks (`ReadOptions.block_window`, >= 65,536 rows or
-            the split) are permuted together.
+            the split) are permuted together. In the seekable order (the default) an
+            epoch permutes runs of consecutive blocks (`ReadOptions.block_run`, 4,096
+            rows), in windows of >= 81,920 rows.
         seed: makes shuffling and image augmentation reproducible.
         start_batch: start each new iterator at this batch of the stream instead of the
             first: an int, or a scalar integer `tf.Variable` read when the iterator is

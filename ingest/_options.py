@@ -38,25 +38,33 @@ class ReadOptions:
         only needs to vary epoch order; 64 MB measured ~20% slower per epoch (refill).
     block_window: blocks layout only: blocks parsed by one call, whose rows are then
         permuted together (with `shuffle`) before batching. Auto: enough blocks for 65,536
-        rows (or the whole split, when smaller). The issue's prototype measured ~65k-row
-        windows (64 blocks of 1024 rows) at 8x the hand-tuned row pipeline and 16k-row
-        windows at 5.2x; the permutation within the window is the finest mixing level, and
-        65k rows is a little more than the rows layout's ~50k-record shuffle buffer.
+        rows (81,920 in the seekable order, see block_run), or the whole split when smaller.
+        The issue's prototype measured ~65k-row windows (64 blocks of 1024 rows) at 8x the
+        hand-tuned row pipeline and 16k-row windows at 5.2x; the permutation within the
+        window is the finest mixing level, and 65k rows is a little more than the rows
+        layout's ~50k-record shuffle buffer.
     block_shuffle_buffer: blocks layout only: blocks in the shuffle buffer ahead of the
         windows, which decides which blocks share a window each epoch. Auto: 16 MB of
         blocks (the rows layout's record-buffer budget, holding ~4x the rows), at least
         one window, capped at the split. Measured (benchmarks.mixing, 500k rows): batch-
         mates share a batch again next epoch at 0.056%, rows layout 0.072%, ideal 0.051%;
         a one-window buffer scored 0.090%.
-    seekable_order: blocks layout only: read blocks one by one at their byte offsets, in
-        an order that is a pure function of (seed, epoch), so that an iterator
-        checkpoint (`tf.train.Checkpoint(iterator=it)`) holds a few integers and a
-        restored iterator seeks to its next batch. Default True (measured: 3-5.3 KB
-        checkpoints; 0.81-0.94x the streaming order's examples/s in a long-lived
-        iterator, ~0.77x with an iterator per epoch, benchmarks.checkpoints). False: the streaming
-        pipeline (shard interleave, then a block shuffle buffer), whose checkpoints hold
-        its buffers. Gzip-compressed datasets, `skip_corrupt`, the tf.data service and
-        `cache` always use the streaming pipeline.
+    block_run: blocks layout, seekable order only: consecutive blocks of a shard read by
+        one reader, which share a window every epoch. Auto: 4,096 rows' worth (4 blocks of
+        1024 rows); its window is then >= 81,920 rows (80 blocks). A reader costs ~120 us
+        beyond its bytes, more than a 1024-row block's read; runs of 4 blocks in 80-block
+        windows read 1.05x as fast as single blocks in 64-block windows (benchmarks.
+        checkpoints) and mix better than the rows layout (benchmarks.mixing). 1 gives the
+        finest mixing.
+    seekable_order: blocks layout only: read blocks in runs at their byte offsets, in an
+        order that is a pure function of (seed, epoch), so that an iterator checkpoint
+        (`tf.train.Checkpoint(iterator=it)`) holds a few integers and a restored iterator
+        seeks to its next batch. Default True (measured: 3-5.3 KB checkpoints; 0.98-1.07x
+        the streaming order's examples/s in the steady state of a long-lived iterator,
+        ~0.70x with an iterator per epoch, which pays a slower start;
+        benchmarks.checkpoints). False: the streaming pipeline (shard interleave, then a
+        block shuffle buffer), whose checkpoints hold its buffers. Gzip-compressed datasets,
+        `skip_corrupt`, the tf.data service and `cache` always use the streaming pipeline.
     read_buffer_bytes: TFRecordDataset read buffer per shard. Auto: 1 MB local,
         8 MB on object storage (fewer, larger ranged reads).
     prefetch: batches prefetched at the end. Auto: AUTOTUNE (a buffer that grows while the
@@ -103,6 +111,7 @@ class ReadOptions:
     shuffle_buffer: int | None = None
     block_window: int | None = None
     block_shuffle_buffer: int | None = None
+    block_run: int | None = None
     read_buffer_bytes: int | None = None
     prefetch: int | None = None
     ram_budget_bytes: int | None = None
@@ -123,6 +132,7 @@ class ReadOptions:
             "shuffle_buffer",
             "block_window",
             "block_shuffle_buffer",
+            "block_run",
             "read_buffer_bytes",
             "ram_budget_bytes",
             "cpu_budget",

@@ -211,12 +211,50 @@ def test_block_order_changes_with_every_pass_and_epoch(both):
         pairs = set(zip(b, b[1:]))
         return sum(p in pairs for p in zip(a, a[1:])) / (len(a) - 1)
 
-    ds = ingest.make_dataset(both[1], batch_size=K, seed=4, num_epochs=2, options=ingest.ReadOptions(block_window=1))
+    options = ingest.ReadOptions(block_window=1, block_run=1)
+    ds = ingest.make_dataset(both[1], batch_size=K, seed=4, num_epochs=2, options=options)
     first_pass, second_pass = _ids(ds), _ids(ds)
     epochs = [block_order(first_pass[:4000]), block_order(first_pass[4000:]), block_order(second_pass[:4000])]
     assert all(len(order) == 128 for order in epochs)
     assert kept_neighbours(epochs[0], epochs[1]) < 0.2  # epochs of one pass
     assert kept_neighbours(epochs[0], epochs[2]) < 0.2  # passes
+
+
+def test_seekable_order_reads_runs_of_consecutive_blocks_in_an_order_that_changes(both):
+    # Runs of 3 blocks (a shard's 32 blocks: 10 runs of 3, and 2 blocks) are read whole, in
+    # a permutation of the 44 runs that changes with every epoch and pass. One-block windows
+    # (a shard's short last block makes later windows straddle two blocks) keep a block's
+    # rows within ~2 blocks of the stream.
+    ds = ingest.make_dataset(
+        both[1], batch_size=K, seed=4, num_epochs=2, options=ingest.ReadOptions(block_window=1, block_run=3)
+    )
+    first_pass, second_pass = _ids(ds), _ids(ds)
+
+    def where(ids):
+        """(shard, block) -> mean position of its rows in the epoch."""
+        at = {}
+        for position, i in enumerate(ids):
+            at.setdefault((i // 1000, i % 1000 // K), []).append(position)
+        return {block: np.mean(p) for block, p in at.items()}
+
+    def run_order(ids):
+        at = where(ids)
+        assert len(at) == 128
+        for (shard, block), position in at.items():
+            if block % 3:  # not the first of its run: read right after the block before it
+                assert 0 < position - at[(shard, block - 1)] <= 2 * K, (shard, block)
+        return sorted({(shard, block // 3) for shard, block in at}, key=lambda r: at[(r[0], 3 * r[1])])
+
+    def kept_neighbours(a, b):
+        pairs = set(zip(b, b[1:]))
+        return sum(p in pairs for p in zip(a, a[1:])) / (len(a) - 1)
+
+    epochs = [run_order(first_pass[:4000]), run_order(first_pass[4000:]), run_order(second_pass[:4000])]
+    assert all(len(r) == 44 for r in epochs)
+    # A run's last block followed by the next run of its shard would be chance (a random
+    # order keeps ~1 of the 43 pairs of runs); the order changes with the epoch and the pass.
+    assert kept_neighbours(epochs[0], epochs[1]) < 0.2
+    assert kept_neighbours(epochs[0], epochs[2]) < 0.2
 
 
 def test_shuffled_rows_hold_the_same_values_in_both_layouts(both):

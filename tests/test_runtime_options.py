@@ -150,6 +150,8 @@ def test_the_new_names_do_not_warn():
 def test_read_options_errors_name_the_class_and_field(tabular):
     with pytest.raises(ValueError, match=r"ReadOptions.shuffle_buffer must be an integer >= 1 or None .*, got -1"):
         ingest.ReadOptions(shuffle_buffer=-1)
+    with pytest.raises(ValueError, match=r"ReadOptions.block_run must be an integer >= 1 or None .*, got 0"):
+        ingest.ReadOptions(block_run=0)
     with pytest.raises(ValueError, match=r"options must be an ingest.ReadOptions, got dict"):
         ingest.make_dataset(tabular, batch_size=4, options={"cycle_length": 2})
 
