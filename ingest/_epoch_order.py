@@ -37,6 +37,7 @@ import tensorflow as tf
 from ingest import _parse, _read, _tuning, contract
 from ingest._block_index import BlockIndex
 from ingest._blocks import check_blocks, parse_blocks
+from ingest._request import read_start
 
 if TYPE_CHECKING:
     from ingest._request import Request
@@ -387,7 +388,7 @@ def seekable_block_batches(req: Request, index: BlockIndex) -> tf.data.Dataset:
         """Where a new iterator starts: batch 0, or `start_batch` (a variable is read now)."""
         if start is None:
             return tf.constant(0, tf.int64)
-        return tf.cast(tf.convert_to_tensor(start), tf.int64)
+        return read_start(start)
 
     def windows_of_pass(this_pass, first):
         # Seeking: whole windows before the first batch are not read; the first window

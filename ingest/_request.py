@@ -127,8 +127,11 @@ def build(
     if preprocess is not None and not callable(preprocess):
         raise ValueError(f"preprocess must be a callable or None, got {preprocess!r}")
     if start_batch is not None:
-        if _is_variable(start_batch):
-            value = tf.convert_to_tensor(start_batch)
+        if is_variable(start_batch) or isinstance(start_batch, ScaledStart):
+            variable = start_batch.variable if isinstance(start_batch, ScaledStart) else start_batch
+            if not is_variable(variable):
+                raise ValueError(f"start_step must be a non-negative int or a variable, got {variable!r}")
+            value = tf.convert_to_tensor(variable)
             if value.shape.rank != 0 or not value.dtype.is_integer:
                 raise ValueError(f"start_batch must be a scalar integer variable, got {start_batch!r}")
         elif isinstance(start_batch, bool) or not isinstance(start_batch, int) or start_batch < 0:
@@ -239,9 +242,28 @@ def build(
     )
 
 
-def _is_variable(value) -> bool:
+def is_variable(value) -> bool:
     """A tf.Variable, or a Keras variable (its TensorFlow backend wraps one)."""
     return isinstance(value, tf.Variable) or isinstance(getattr(value, "value", None), tf.Variable)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaledStart:
+    """A start_batch that is a variable times a whole number, read when an iterator is made
+    (`distribute`'s global steps, for a pipeline giving `factor` batches a step)."""
+
+    variable: Any
+    factor: int
+
+    def read(self) -> tf.Tensor:
+        return tf.cast(tf.convert_to_tensor(self.variable), tf.int64) * self.factor
+
+
+def read_start(start) -> tf.Tensor:
+    """start_batch as an int64 scalar; a variable is read now (call it when an iterator is made)."""
+    if isinstance(start, ScaledStart):
+        return start.read()
+    return tf.cast(tf.convert_to_tensor(start), tf.int64)
 
 
 def _decoded_images(info, path, features, image: ImageOptions | None) -> ImageOptions | None:

@@ -1,7 +1,8 @@
 """One worker of the MultiWorkerMirroredStrategy test; TF_CONFIG names the cluster and this task.
 
     TF_CONFIG=... python -m tests.multiworker_main DATASET OUT_JSON
-Writes the ids this worker's input pipeline delivered in one epoch, and the fit loss.
+Writes the ids this worker's input pipeline delivered in one epoch, the training losses and
+weights, and the ids of a resumed stream against the uninterrupted one.
 """
 
 from __future__ import annotations
@@ -56,8 +57,33 @@ def main(path: str, out: str) -> None:
     iterator = iter(train)
     losses = [float(train_step(iterator)) for _ in range(4)]
     weights = [float(v) for v in tf.reshape(model.trainable_variables[0], [-1]).numpy()]
+
+    # Resuming at a global step (what a restored optimizer.iterations holds): each worker's
+    # pipeline seeks to that step of its own stream.
+    def local_ids(ds, n):
+        it = iter(ds)
+        return [
+            [int(v) for t in strategy.experimental_local_results(next(it)["id"]) for v in t.numpy()] for _ in range(n)
+        ]
+
+    def stream(**kwargs):
+        return ingest.distribute(strategy, path, global_batch_size=32, label=False, num_epochs=None, seed=4, **kwargs)
+
+    step = tf.Variable(0, dtype=tf.int64)
+    uninterrupted = local_ids(stream(), 40)  # 31.25 steps an epoch: across its end
+    resumed = stream(start_step=step)
+    step.assign(25)
     with open(out, "w") as f:
-        json.dump({"ids": ids, "losses": losses, "weights": weights}, f)
+        json.dump(
+            {
+                "ids": ids,
+                "losses": losses,
+                "weights": weights,
+                "uninterrupted": uninterrupted,
+                "resumed": local_ids(resumed, 15),
+            },
+            f,
+        )
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ ROWS = 1000
 
 
 @pytest.mark.slow
-def test_two_workers_see_every_record_exactly_once_and_train(tmp):
+def test_two_workers_see_every_record_exactly_once_train_and_resume(tmp):
     write_text(tmp / "in.csv", "id,x,label\n" + "".join(f"{i},{i / ROWS},{i % 3}\n" for i in range(ROWS)))
     run_convert(
         "--source", "csv", "--input", tmp / "in.csv", "--output", tmp / "ds", "--label", "label", "--num_shards", "4"
@@ -55,3 +55,7 @@ def test_two_workers_see_every_record_exactly_once_and_train(tmp):
     # Four synchronous training steps: finite losses, and the all-reduce kept the replicas identical.
     assert all(len(r["losses"]) == 4 and all(abs(v) < 1e6 for v in r["losses"]) for r in results)
     assert results[0]["weights"] == results[1]["weights"]
+    # Each worker resumed at global step 25 of its own stream, exactly.
+    for r in results:
+        assert r["resumed"] == r["uninterrupted"][25:40]
+    assert not {i for b in results[0]["uninterrupted"] for i in b} & {i for b in results[1]["uninterrupted"] for i in b}

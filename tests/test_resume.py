@@ -245,3 +245,34 @@ def test_keras_fit_killed_mid_epoch_resumes_to_the_same_weights(dataset, tmp_pat
     _killed_and_resumed(
         "tests/keras_resume_child.py", lambda d, die, out: [dataset, str(d), "3", "16", str(die), str(out)], tmp_path
     )
+
+
+def test_distribute_resumes_at_a_global_step_under_mirrored_strategy(dataset):
+    # tf.distribute's iterators cannot be checkpointed (tensorflow/tensorflow#56372): a run
+    # resumes from the step its checkpoint holds. Two replicas (logical CPUs) fed by one
+    # input pipeline, which gives two batches a step.
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    step = tf.Variable(0, dtype=tf.int64)
+
+    def steps(ds, n):
+        it = iter(ds)
+        return [[_ids({"id": t}) for t in strategy.experimental_local_results(next(it)["id"])] for _ in range(n)]
+
+    def build(**kwargs):
+        return ingest.distribute(
+            strategy, dataset, global_batch_size=2 * BATCH, label=False, num_epochs=None, seed=3, **kwargs
+        )
+
+    uninterrupted = steps(build(), 45)  # an epoch is 32 steps: the resumes cross its end
+    assert sorted(sum(sum(uninterrupted[:32], []), [])) == list(range(ROWS))
+    assert steps(build(start_step=step), 5) == uninterrupted[:5]
+    resumed = build(start_step=step)  # as a restarted run builds it, before its checkpoint is read
+    step.assign(13)  # as the restored checkpoint does: read when the iterator is made
+    assert steps(resumed, 20) == uninterrupted[13:33]
+    assert steps(build(start_step=30), 15) == uninterrupted[30:45]
+    with pytest.raises(ValueError, match="start_step needs a seed"):
+        ingest.distribute(strategy, dataset, global_batch_size=2 * BATCH, start_step=3)
+    with pytest.raises(ValueError, match="takes start_step .global steps., not start_batch"):
+        build(start_batch=3)
+    with pytest.raises(ValueError, match="start_step must be a non-negative int or a scalar integer variable"):
+        build(start_step=-1)
