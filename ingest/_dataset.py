@@ -23,7 +23,7 @@ import logging
 
 import tensorflow as tf
 
-from ingest import _block_index, _epoch_order, _parse, _read, _request, _service, _tuning
+from ingest import _block_index, _elastic, _epoch_order, _parse, _read, _request, _service, _tuning
 from ingest._block_batches import block_batches
 from ingest._column_cache import cached_column_batches, columns_bytes
 from ingest._options import ImageOptions, ReadOptions
@@ -212,8 +212,16 @@ def make_dataset(
             "start_batch needs the blocks layout's seekable order: a dataset in the blocks layout, "
             "no cache, skip_corrupt or service, and ReadOptions(seekable_order=True) (the default)"
         )
+    if req.options.canonical_pipelines is not None and (target is not None or not _epoch_order.seekable(req)):
+        raise ValueError(
+            "ReadOptions.canonical_pipelines needs the blocks layout's seekable order: a dataset in the blocks "
+            "layout, no cache, skip_corrupt or service, and ReadOptions(seekable_order=True) (the default)"
+        )
     if target is None and _epoch_order.seekable(req):
         index = _block_index.index_split(req.path, req.split, req.info.block_rows)
+        if req.options.canonical_pipelines is not None:
+            ds, rows = _elastic.canonical_batches(req, index)
+            return _finished(ds, req, rows, symbolic_checkpoint=True)
         index = _block_index.pipeline_blocks(index, num_pipelines=req.num_pipelines, pipeline_id=req.pipeline_id)
         ds = _epoch_order.seekable_block_batches(req, index)
         return _finished(ds, req, int(index.rows.sum()), symbolic_checkpoint=True)

@@ -56,6 +56,14 @@ class ReadOptions:
         windows read 1.05x as fast as single blocks in 64-block windows (benchmarks.
         checkpoints) and mix better than the rows layout (benchmarks.mixing). 1 gives the
         finest mixing.
+    canonical_pipelines: blocks layout, seekable order, num_epochs=None and a seed: deal the
+        split to this many canonical partitions, each with its own seekable order and an
+        equal part of every batch; each input pipeline (their number must divide it)
+        joins the batches of its partitions. The rows of global batch N are then the same
+        for any number of pipelines, so a run can resume at a step (`start_batch`,
+        `distribute(start_step=...)`) with more or fewer workers at the same global batch
+        size, every remaining record delivered once. Default None: partitions are the
+        pipelines themselves (faster to start: one seekable pipeline each, not C / M).
     seekable_order: blocks layout only: read blocks in runs at their byte offsets, in an
         order that is a pure function of (seed, epoch), so that an iterator checkpoint
         (`tf.train.Checkpoint(iterator=it)`) holds a few integers and a restored iterator
@@ -112,6 +120,7 @@ class ReadOptions:
     block_window: int | None = None
     block_shuffle_buffer: int | None = None
     block_run: int | None = None
+    canonical_pipelines: int | None = None
     read_buffer_bytes: int | None = None
     prefetch: int | None = None
     ram_budget_bytes: int | None = None
@@ -133,6 +142,7 @@ class ReadOptions:
             "block_window",
             "block_shuffle_buffer",
             "block_run",
+            "canonical_pipelines",
             "read_buffer_bytes",
             "ram_budget_bytes",
             "cpu_budget",

@@ -141,6 +141,14 @@ def build(
                 "start_batch needs a seed: without one each run draws its own order, and batch N of "
                 "another order is not where the interrupted run stopped"
             )
+    if isinstance(options, ReadOptions) and options.canonical_pipelines is not None:
+        _check_canonical(
+            options.canonical_pipelines,
+            num_pipelines=num_pipelines,
+            batch_size=batch_size,
+            seed=seed,
+            num_epochs=num_epochs,
+        )
     if deterministic not in (None, True, False):
         raise ValueError(f"deterministic must be True, False or None, got {deterministic!r}")
     if not isinstance(options, ReadOptions):
@@ -240,6 +248,33 @@ def build(
         processing_mode=processing_mode,
         start_batch=start_batch,
     )
+
+
+def _check_canonical(canonical: int, *, num_pipelines: int, batch_size: int, seed, num_epochs) -> None:
+    """Refuses a canonical_pipelines setting that cannot give the same global batches for any count."""
+    if canonical % num_pipelines:
+        raise ValueError(
+            f"ReadOptions.canonical_pipelines={canonical} is not a multiple of the {num_pipelines} input "
+            "pipelines: each pipeline reads a whole number of canonical partitions. Use a count of "
+            f"pipelines that divides {canonical}."
+        )
+    share = canonical // num_pipelines
+    if batch_size % share:
+        raise ValueError(
+            f"batch_size {batch_size} is not divisible by the {share} canonical partitions this pipeline "
+            f"reads (ReadOptions.canonical_pipelines={canonical}, {num_pipelines} pipelines): each gives an "
+            "equal part of every batch. Use a global batch size that is a multiple of canonical_pipelines."
+        )
+    if seed is None:
+        raise ValueError(
+            "ReadOptions.canonical_pipelines needs a seed: every pipeline, in this run and in a resumed one, "
+            "must order the partitions the same way"
+        )
+    if num_epochs is not None:
+        raise ValueError(
+            "ReadOptions.canonical_pipelines needs num_epochs=None: the partitions can hold different numbers "
+            "of rows, and a finite stream of each would end at a different batch"
+        )
 
 
 def is_variable(value) -> bool:

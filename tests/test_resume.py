@@ -276,3 +276,74 @@ def test_distribute_resumes_at_a_global_step_under_mirrored_strategy(dataset):
         build(start_batch=3)
     with pytest.raises(ValueError, match="start_step must be a non-negative int or a scalar integer variable"):
         build(start_step=-1)
+
+
+def test_canonical_partitions_give_the_same_global_batches_for_any_number_of_pipelines(dataset):
+    # Elastic resume: 4 canonical partitions. A run on 2 input pipelines stops at step 37;
+    # it resumes on 4 pipelines, or on 1, at that step, with the same global batch size:
+    # every global batch holds the same rows, so the rest of the epoch comes exactly once.
+    options = ingest.ReadOptions(canonical_pipelines=4)
+
+    def global_batches(pipelines, steps, start=None):
+        streams = []
+        for j in range(pipelines):
+            ctx = tf.distribute.InputContext(num_input_pipelines=pipelines, input_pipeline_id=j)
+            ds = ingest.make_dataset(
+                dataset,
+                batch_size=BATCH // pipelines,
+                label=False,
+                num_epochs=None,
+                seed=11,
+                options=options,
+                start_batch=start,
+                input_context=ctx if pipelines > 1 else None,
+            )
+            streams.append(_uninterrupted(ds, steps))
+        return [sorted(sum(parts, [])) for parts in zip(*streams)]
+
+    two = global_batches(2, EPOCH + 20)
+    assert all(len(b) == BATCH for b in two)
+    # Each partition (a shard here, of ~1000 rows, 16 a batch) ends its epoch at its own
+    # step: until the first of them no row twice, and by the last every row.
+    shard_rows = [s.records for s in ingest.load_info(dataset).split("train").shards]
+    assert len(shard_rows) == 4
+    first, last = min(shard_rows) // (BATCH // 4), -(-max(shard_rows) // (BATCH // 4))
+    assert len(set(sum(two[:first], []))) == first * BATCH
+    assert set(sum(two[:last], [])) == set(range(ROWS))
+    assert global_batches(4, EPOCH + 20 - 37, start=37) == two[37:]
+    assert global_batches(1, 30) == two[:30]
+    # Not a fixed order: the batches are mixed, and an epoch is not the one before.
+    assert two[0] != sorted(range(BATCH)) and two[0] != sorted(two[EPOCH])
+
+
+def test_canonical_partitions_checkpoint_like_any_iterator(dataset, tmp_path):
+    def make():
+        ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1)
+        options = ingest.ReadOptions(canonical_pipelines=4)
+        return ingest.make_dataset(dataset, batch_size=32, num_epochs=None, seed=2, options=options, input_context=ctx)
+
+    it = iter(make())
+    for _ in range(70):  # past the end of the partitions' first epochs
+        next(it)
+    prefix = tf.train.Checkpoint(iterator=it).write(str(tmp_path / "ckpt"))
+    assert _size(prefix) < 64 * 1024
+    expected = [_ids(next(it)) for _ in range(10)]
+    restored = iter(make())
+    tf.train.Checkpoint(iterator=restored).read(prefix).assert_consumed()
+    assert [_ids(next(restored)) for _ in range(10)] == expected
+
+
+def test_canonical_partitions_refuse_what_cannot_be_elastic(dataset):
+    options = ingest.ReadOptions(canonical_pipelines=4)
+    ctx = tf.distribute.InputContext(num_input_pipelines=3, input_pipeline_id=0)
+    kwargs = dict(batch_size=BATCH, num_epochs=None, seed=1, options=options)
+    with pytest.raises(ValueError, match=r"canonical_pipelines=4 is not a multiple of the 3 input pipelines"):
+        ingest.make_dataset(dataset, **{**kwargs, "input_context": ctx})
+    with pytest.raises(ValueError, match=r"batch_size 66 is not divisible by the 4 canonical partitions"):
+        ingest.make_dataset(dataset, **{**kwargs, "batch_size": 66})
+    with pytest.raises(ValueError, match=r"canonical_pipelines needs a seed"):
+        ingest.make_dataset(dataset, **{**kwargs, "seed": None})
+    with pytest.raises(ValueError, match=r"canonical_pipelines needs num_epochs=None"):
+        ingest.make_dataset(dataset, **{**kwargs, "num_epochs": 2})
+    with pytest.raises(ValueError, match=r"canonical_pipelines needs the blocks layout's seekable order"):
+        ingest.make_dataset(dataset, **{**kwargs, "cache": "memory"})
