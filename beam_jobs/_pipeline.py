@@ -240,6 +240,11 @@ def _finalize(trigger, cfg: JobConfig, shards: list, stats: bytes, quarantine: l
     return finalize_dataset(trigger, cfg, shards, ConversionStats.unpack(stats), quarantine, *type_counts)
 
 
+def _total_of(merged, merge) -> beam.pvalue.AsSingleton:
+    """The side input of a global merge without defaults: its value, or the merge of nothing."""
+    return beam.pvalue.AsSingleton(merged, default_value=merge([]))
+
+
 class ConvertToTFRecords(beam.PTransform):
     """work items (index, path or entries, None) -> one finalized dataset; yields the metadata JSON text."""
 
@@ -258,10 +263,10 @@ class ConvertToTFRecords(beam.PTransform):
                 files
                 | "CountTypes" >> beam.ParDo(_CountTypes(cfg))
                 # the source's counts for one chunk (CSV: {column: TypeCounts})
-                | "MergeTypeCounts" >> beam.CombineGlobally(cfg.source.merge_type_counts)
+                | "MergeTypeCounts" >> beam.CombineGlobally(cfg.source.merge_type_counts).without_defaults()
                 # one total, a side input of ConvertFiles and Finalize
             )
-            side = [beam.pvalue.AsSingleton(type_counts)]
+            side = [_total_of(type_counts, cfg.source.merge_type_counts)]
         converted = files | "ConvertFiles" >> beam.ParDo(_ConvertFiles(cfg), *side).with_outputs(
             _ConvertFiles.FRAGMENTS, _ConvertFiles.QUARANTINE, _ConvertFiles.STATS
         )
@@ -276,18 +281,25 @@ class ConvertToTFRecords(beam.PTransform):
             | "CommitShards" >> beam.ParDo(_CommitShard(cfg))
             # {"split", "shard", "path", "records", "bytes"} of a shard in the temp dir
         )
-        stats = converted[_ConvertFiles.STATS] | "MergeStats" >> beam.CombineGlobally(ConversionStats.merge_packed)
+        # Global merges without CombineGlobally's defaults: the side inputs give the merge
+        # of nothing instead. Its default-value branch made the pipeline slower to build
+        # and run: with an Impulse for Create([None]) below, a 100-row job took 0.23 s
+        # instead of 0.30 s (median of 12), a fixed cost of every job.
+        stats = (
+            converted[_ConvertFiles.STATS]
+            | "MergeStats" >> beam.CombineGlobally(ConversionStats.merge_packed).without_defaults()
+        )
         # one ConversionStats, packed (bytes)
         finalize_side = [
             beam.pvalue.AsList(shards),
-            beam.pvalue.AsSingleton(stats),
+            _total_of(stats, ConversionStats.merge_packed),
             beam.pvalue.AsList(converted[_ConvertFiles.QUARANTINE]),
         ]
         if type_counts is not None:
-            finalize_side.append(beam.pvalue.AsSingleton(type_counts))
+            finalize_side.append(_total_of(type_counts, cfg.source.merge_type_counts))
         return (
             files.pipeline
-            | "FinalizeTrigger" >> beam.Create([None])
+            | "FinalizeTrigger" >> beam.Impulse()
             | "Finalize" >> beam.Map(_finalize, cfg, *finalize_side)
             # the metadata's JSON text
         )

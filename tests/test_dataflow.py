@@ -9,7 +9,7 @@ import tarfile
 import zipfile
 
 import pytest
-from apache_beam.options.pipeline_options import PipelineOptions, SetupOptions
+from apache_beam.options.pipeline_options import PipelineOptions, SetupOptions, TypeOptions
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -45,6 +45,11 @@ def test_job_translates_to_dataflow_with_every_stage(tmp):
     ):
         assert any(name.startswith(stage) for name in steps), stage
     assert result.job.options.view_as(PipelineOptions).get_all_options()["project"] == "test-project"
+
+
+def test_pipeline_type_checking_is_off_unless_asked_for():
+    assert not convert.pipeline_options(["--runner=DirectRunner"]).view_as(TypeOptions).pipeline_type_check
+    assert convert.pipeline_options(["--pipeline_type_check"]).view_as(TypeOptions).pipeline_type_check
 
 
 def test_run_through_the_cli_with_dry_run_writes_nothing(tmp):

@@ -156,3 +156,11 @@ def test_the_multi_process_runner_writes_the_same_records(tmp):
     with TestPipeline(options=options) as p:
         _ = p | beam.Create(rows) | WriteDataset(str(tmp / "ds"), num_shards=2)
     assert sorted(r["id"][0] for r in read_examples(tmp / "ds")) == list(range(3000))
+
+
+def test_an_empty_pcollection_is_refused_not_written(tmp):
+    # Nothing reaches the global merges: the finalize step gets the merge of nothing and
+    # refuses, naming the input, instead of writing an empty dataset.
+    with pytest.raises(Exception, match=r"no records were read from WriteDataset input .*refusing to write an empty"):
+        _write([], tmp / "ds")
+    assert not os.path.exists(tmp / "ds" / "dataset_info.json")
