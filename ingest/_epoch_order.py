@@ -103,7 +103,7 @@ def _block_reads(index: BlockIndex, req: Request):
         """The blocks' records, each with its position in `blocks`, and a check that the files exist.
 
         Blocks that follow each other in a file are read by one reader: a reader costs
-        ~170 us to make, a block ~90 KB of sequential read.
+        ~120 us beyond its bytes, more than a 1024-row block's ~75 us of sequential read.
         """
         which = tf.gather(file_of, blocks)
         names = tf.gather(files, which)
@@ -207,11 +207,20 @@ def _rows_check(got, expected, index: BlockIndex, blocks, names) -> tf.Operation
 
 
 def block_runs(index: BlockIndex, run: int) -> tuple:
-    """Runs of up to `run` consecutive blocks of one shard, in index order: (first block, blocks) of each."""
-    new_file = np.concatenate([[True], index.file_of[1:] != index.file_of[:-1]]) if len(index) else np.zeros(0, bool)
-    file_start = np.maximum.accumulate(np.where(new_file, np.arange(len(index)), 0)) if len(index) else new_file
-    starts = np.flatnonzero((np.arange(len(index)) - file_start) % run == 0)
-    return starts.astype(np.int64), np.diff(np.append(starts, len(index))).astype(np.int64)
+    """Runs of up to `run` blocks that follow each other in one shard file, in index order:
+    (first block, blocks) of each.
+
+    Blocks dealt round robin to input pipelines are not neighbours in their file: each
+    is a run of its own (runs are for reading together, and only neighbours can be).
+    """
+    n = len(index)
+    if not n:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    ends = index.offsets + index.lengths
+    follows = (index.file_of[1:] == index.file_of[:-1]) & (index.offsets[1:] == ends[:-1])
+    stretch_start = np.maximum.accumulate(np.where(np.concatenate([[True], ~follows]), np.arange(n), 0))
+    starts = np.flatnonzero((np.arange(n) - stretch_start) % run == 0)
+    return starts.astype(np.int64), np.diff(np.append(starts, n)).astype(np.int64)
 
 
 def _key(passes, index):

@@ -257,6 +257,20 @@ def test_seekable_order_reads_runs_of_consecutive_blocks_in_an_order_that_change
     assert kept_neighbours(epochs[0], epochs[2]) < 0.2
 
 
+def test_runs_hold_only_blocks_that_follow_each_other_in_a_file():
+    from ingest._block_index import BlockIndex
+    from ingest._epoch_order import block_runs
+
+    file_of = np.array([0] * 5 + [1] * 2 + [2] * 9)
+    offsets = np.concatenate([np.arange(5), np.arange(2), np.arange(9)]) * 10
+    index = BlockIndex(("a", "b", "c"), file_of, offsets, np.full(16, 10), np.full(16, K), np.zeros(16, np.int64))
+    starts, lengths = block_runs(index, 4)
+    assert starts.tolist() == [0, 4, 5, 7, 11, 15] and lengths.tolist() == [4, 1, 2, 4, 4, 1]
+    # Blocks dealt round robin to two input pipelines are not neighbours: runs of one.
+    starts, lengths = block_runs(index.take(np.arange(0, 16, 2)), 4)
+    assert lengths.tolist() == [1] * 8
+
+
 def test_shuffled_rows_hold_the_same_values_in_both_layouts(both):
     def by_id(path):
         rows = {}
