@@ -207,17 +207,17 @@ def make_dataset(
             req.num_pipelines,
         )
     target = _cache_target(req, plan)
-    if req.start_batch is not None and (target is not None or not _epoch_order.seekable(req)):
-        raise ValueError(
-            "start_batch needs the blocks layout's seekable order: a dataset in the blocks layout, "
-            "no cache, skip_corrupt or service, and ReadOptions(seekable_order=True) (the default)"
-        )
-    if req.options.canonical_pipelines is not None and (target is not None or not _epoch_order.seekable(req)):
-        raise ValueError(
-            "ReadOptions.canonical_pipelines needs the blocks layout's seekable order: a dataset in the blocks "
-            "layout, no cache, skip_corrupt or service, and ReadOptions(seekable_order=True) (the default)"
-        )
-    if target is None and _epoch_order.seekable(req):
+    seeks = target is None and _epoch_order.seekable(req)
+    for asked, what in (
+        (req.start_batch, "start_batch"),
+        (req.options.canonical_pipelines, "ReadOptions.canonical_pipelines"),
+    ):
+        if asked is not None and not seeks:
+            raise ValueError(
+                f"{what} needs the blocks layout's seekable order: a dataset in the blocks layout, no cache, "
+                "skip_corrupt or service, and ReadOptions(seekable_order=True) (the default)"
+            )
+    if seeks:
         index = _block_index.index_split(req.path, req.split, req.info.block_rows)
         if req.options.canonical_pipelines is not None:
             ds, rows = _elastic.canonical_batches(req, index)

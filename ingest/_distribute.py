@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from ingest._dataset import make_dataset
 from ingest._info import load_info
-from ingest._request import ScaledStart, is_variable
+from ingest._request import ScaledStart, check_start
 
 __all__ = ["distribute"]
 
@@ -55,15 +55,7 @@ def distribute(
             "several batches a step when it feeds several replicas"
         )
     if start_step is not None:
-        if not is_variable(start_step) and (
-            isinstance(start_step, bool) or not isinstance(start_step, int) or start_step < 0
-        ):
-            raise ValueError(f"start_step must be a non-negative int or a scalar integer variable, got {start_step!r}")
-        if kwargs.get("seed") is None:
-            raise ValueError(
-                "start_step needs a seed: without one each run draws its own order, and step N of "
-                "another order is not where the interrupted run stopped"
-            )
+        check_start(start_step, name="start_step", unit="step", seed=kwargs.get("seed"))
     replicas = strategy.num_replicas_in_sync
     if isinstance(global_batch_size, bool) or not isinstance(global_batch_size, int) or global_batch_size < 1:
         raise ValueError(f"global_batch_size must be a positive integer, got {global_batch_size!r}")

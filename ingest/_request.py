@@ -127,20 +127,9 @@ def build(
     if preprocess is not None and not callable(preprocess):
         raise ValueError(f"preprocess must be a callable or None, got {preprocess!r}")
     if start_batch is not None:
-        if is_variable(start_batch) or isinstance(start_batch, ScaledStart):
-            variable = start_batch.variable if isinstance(start_batch, ScaledStart) else start_batch
-            if not is_variable(variable):
-                raise ValueError(f"start_step must be a non-negative int or a variable, got {variable!r}")
-            value = tf.convert_to_tensor(variable)
-            if value.shape.rank != 0 or not value.dtype.is_integer:
-                raise ValueError(f"start_batch must be a scalar integer variable, got {start_batch!r}")
-        elif isinstance(start_batch, bool) or not isinstance(start_batch, int) or start_batch < 0:
-            raise ValueError(f"start_batch must be a non-negative int or a variable, got {start_batch!r}")
-        if seed is None:
-            raise ValueError(
-                "start_batch needs a seed: without one each run draws its own order, and batch N of "
-                "another order is not where the interrupted run stopped"
-            )
+        # distribute's global steps arrive scaled; their variable was checked there, as a step.
+        if not isinstance(start_batch, ScaledStart):
+            check_start(start_batch, name="start_batch", unit="batch", seed=seed)
     if isinstance(options, ReadOptions) and options.canonical_pipelines is not None:
         _check_canonical(
             options.canonical_pipelines,
@@ -277,7 +266,23 @@ def _check_canonical(canonical: int, *, num_pipelines: int, batch_size: int, see
         )
 
 
-def is_variable(value) -> bool:
+def check_start(start, *, name: str, unit: str, seed) -> None:
+    """Refuses a start position (`name`: start_batch or start_step, counted in `unit`s)
+    that is neither a non-negative int nor a scalar integer variable, or that has no seed."""
+    if _is_variable(start):
+        value = tf.convert_to_tensor(start)
+        if value.shape.rank != 0 or not value.dtype.is_integer:
+            raise ValueError(f"{name} must be a scalar integer variable, got {start!r}")
+    elif isinstance(start, bool) or not isinstance(start, int) or start < 0:
+        raise ValueError(f"{name} must be a non-negative int or a scalar integer variable, got {start!r}")
+    if seed is None:
+        raise ValueError(
+            f"{name} needs a seed: without one each run draws its own order, and {unit} N of "
+            "another order is not where the interrupted run stopped"
+        )
+
+
+def _is_variable(value) -> bool:
     """A tf.Variable, or a Keras variable (its TensorFlow backend wraps one)."""
     return isinstance(value, tf.Variable) or isinstance(getattr(value, "value", None), tf.Variable)
 
