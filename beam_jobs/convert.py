@@ -18,9 +18,9 @@ import time
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TypeOptions
+from apache_beam.options.pipeline_options import PipelineOptions, TypeOptions
 
-from beam_jobs import _output, _plan
+from beam_jobs import _in_process, _output, _plan
 from beam_jobs._config import JobConfig, layout_for
 from beam_jobs._errors import ConversionError
 from beam_jobs._job_options import DEFAULT_BLOCK_ROWS, JobOptions
@@ -142,28 +142,8 @@ def make_config(args, pipeline_options: PipelineOptions | None = None) -> JobCon
     return JobConfig.of(opts, source, tmp_dir=opts.claim_output(), label=source.fixed_label or args.label)
 
 
-def _runner(options: PipelineOptions):
-    """The in-process runner for the default and DirectRunner cases; None lets Beam choose.
-
-    Beam's DirectRunner first tries PrismRunner, which downloads a binary at run time
-    (and fails offline, after a network attempt on every run) before falling back to
-    the FnApiRunner. Use that runner directly; it honours --direct_running_mode and
-    --direct_num_workers.
-    """
-    name = options.view_as(StandardOptions).runner
-    if name not in (None, "DirectRunner", "direct", "SwitchingDirectRunner"):
-        return None
-    from apache_beam.portability.api import beam_provision_api_pb2
-    from apache_beam.runners.portability.fn_api_runner import fn_runner
-    from apache_beam.runners.portability.portable_runner import JobServiceHandle
-
-    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
-    info = fn_runner.ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
-    return fn_runner.FnApiRunner(provision_info=info)
-
-
 def build_pipeline(cfg: JobConfig, options: PipelineOptions) -> beam.Pipeline:
-    p = beam.Pipeline(runner=_runner(options), options=options)
+    p = beam.Pipeline(runner=_in_process.runner(options), options=options)
     _ = (
         p
         | "ListInputs" >> beam.Create(cfg.source.work_items())
@@ -205,8 +185,9 @@ def run(argv=None) -> contract.DatasetInfo | None:
     )
     start = time.perf_counter()
     try:
-        result = build_pipeline(cfg, options).run()
-        result.wait_until_finish()
+        with _in_process.short_state_sampling():
+            result = build_pipeline(cfg, options).run()
+            result.wait_until_finish()
     finally:
         # A job that stopped without committing (failed, or a dry run) gives up its claim
         # on the directory; the temp dir (with the quarantine that explains a failure)

@@ -52,6 +52,26 @@ def test_pipeline_type_checking_is_off_unless_asked_for():
     assert convert.pipeline_options(["--pipeline_type_check"]).view_as(TypeOptions).pipeline_type_check
 
 
+def test_bundles_run_here_sample_their_state_briefly_and_only_while_the_job_runs(tmp, monkeypatch):
+    from apache_beam.runners.worker import statesampler
+
+    from beam_jobs import _in_process
+
+    periods = []
+    start = statesampler.StateSampler.start
+
+    def recording(self):
+        periods.append(self.sampling_period_ms)
+        start(self)
+
+    monkeypatch.setattr(statesampler.StateSampler, "start", recording)
+    src = write_text(tmp / "in" / "a.csv", "x,y\n1,a\n2,b\n")
+    convert.run(["--source", "csv", "--input", str(src), "--output", str(tmp / "out")])
+    # Every bundle's end waits for the sampler's sleep: Beam's 200 ms would be idle time.
+    assert periods and set(periods) == {_in_process.SAMPLING_PERIOD_MS}
+    assert statesampler.StateSampler("after", None).sampling_period_ms == statesampler.DEFAULT_SAMPLING_PERIOD_MS
+
+
 def test_run_through_the_cli_with_dry_run_writes_nothing(tmp):
     src = write_text(tmp / "in" / "a.csv", "x\n1\n")
     info = convert.run(["--source", "csv", "--input", str(src), "--output", str(tmp / "out"), *DATAFLOW_FLAGS])
