@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import math
+from unittest import mock
 
 import google_crc32c
 import numpy as np
 import pyarrow as pa
 import pytest
 import tensorflow as tf
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from beam_jobs import _encode_general
 from beam_jobs._example_encoder import encode_batch
 from beam_jobs._tfrecord import TFRecordError, iter_frames
 
@@ -104,6 +106,23 @@ def test_encoded_records_equal_protobuf_encoding(batch, framed):
         for name, d, _ in columns
     }
     tf.io.parse_example(records, specs)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_batches(), st.sampled_from(["streamed", "gathered"]))
+@example(([("e", "bytes", pa.array([[], None], pa.large_list(pa.large_binary())))], 2), "streamed")  # no values
+def test_each_way_of_laying_out_values_gives_protobufs_bytes(batch, way):
+    """Rows with many values (blocks) have them encoded back to back and copied a row at
+    a time, by slices; rows with few, scattered and gathered byte by byte. Each way alone
+    on every kind of column (long strings, 10-byte varints, empty lists, nulls)."""
+    columns, n = batch
+    streamed = way == "streamed"
+    with mock.patch.multiple(
+        _encode_general, _STREAM_VALUES=0 if streamed else 10**9, _SLICE_COPY_BYTES=0 if streamed else 10**9
+    ):
+        records = _records(columns, n, framed=True)
+    for got, want in zip(records, _reference(columns, n)):
+        assert _same(tf.train.Example.FromString(got), want)
 
 
 def test_edge_values_round_trip_through_parse_example():
