@@ -195,6 +195,14 @@ def _bad_record_row(path: str, r) -> BadRow:
     return BadRow(path, r.line, reason, text, r.kind)
 
 
+def _valid_utf8(data: bytes) -> bool:
+    try:
+        pa.array([data], pa.binary()).cast(pa.string())
+        return True
+    except pa.ArrowInvalid:
+        return False
+
+
 def _utf8_bad_rows(col: pa.Array) -> np.ndarray:
     try:
         col.cast(pa.string())
@@ -282,7 +290,9 @@ def _parse_block(block: Records, path: str, header: list, fmt: CsvFormat, column
     rows = block.lines[keep]
     batch = pa.RecordBatch.from_arrays([table.column(c).combine_chunks() for c in columns], names=columns)
     undecodable = np.zeros(len(rows), bool)
-    for name, col in zip(columns, batch.columns):
+    # One check of the block's bytes clears every cell at once (21 per-column checks
+    # cost 3x); only a block with a bad byte is searched column by column.
+    for name, col in zip(columns, [] if _valid_utf8(block.data) else batch.columns):
         m = _utf8_bad_rows(col)
         if m.any():
             for i in np.flatnonzero(m & ~undecodable):

@@ -295,7 +295,7 @@ def _scanned_records(data: bytes, multiline: bool, block: int, cap: int):
     )
 
 
-_NOISE = st.binary(max_size=80).map(lambda b: bytes(b'ab,"\r\n\n'[x % 7] for x in b))
+_NOISE = st.binary(max_size=80).map(lambda b: bytes(b'ab,"\r\n\n \t'[x % 9] for x in b))
 # Mostly well-formed fields (where quote parity alone decides), with the odd stray quote.
 _CELL = st.sampled_from(["a", '"a,b"', '"x""y"', '""', '"\r"', '"l\nm"', '"""', 'c"', '"'])
 _LINES = st.lists(
