@@ -122,13 +122,13 @@ def _numbers(cells: pa.Array) -> _Numbers:
     Integers are told from other numbers by their text (no '.', exponent, inf or nan), so
     "1.0" is a float whatever its value; an integer counts for int64 only if int64 holds it.
     """
-    text = cells.cast(pa.string())  # number characters are ASCII
-    f64 = _cast_or_none(text, pa.float64())
+    f64 = _cast_or_none(cells, pa.float64())
     if f64 is not None:  # every cell a number, with no spaces around it: no regex needed
+        text = cells  # cast to string only where a string kernel needs it
         is_int = _integer_cells(cells, f64)
         is_num = np.ones(len(text), bool)
     else:
-        text = pc.utf8_trim_whitespace(text)
+        text = pc.utf8_trim_whitespace(cells.cast(pa.string()))  # number characters are ASCII
         is_int = _mask(pc.match_substring_regex(text, _INT_RE))
         is_num = is_int | _mask(pc.match_substring_regex(text, _FLOAT_RE))
         f64 = pc.cast(_where(is_num, text), pa.float64())  # Arrow parses every match of both
@@ -175,6 +175,8 @@ def _integer_cells(cells: pa.Array, f64: pa.Array) -> np.ndarray:
 
 def _int64_values(text: pa.Array) -> pa.Array:
     """Integer text (or null) -> int64, null where int64 cannot hold the value."""
+    if not pa.types.is_string(text.type):
+        text = text.cast(pa.string())
     unsigned = pc.utf8_ltrim(text, "+")  # Arrow's integer parser takes no '+'
     try:
         return pc.cast(unsigned, pa.int64())
@@ -274,7 +276,15 @@ def _text_buffers(col: pa.Array):
 
 
 def _widest_class(data: np.ndarray) -> int:
-    return int(np.take(_CHAR_CLASS, data).max()) if data.size else _INT_CHARS
+    if not data.size:
+        return _INT_CHARS
+    # Plain integers and decimals use bytes 45-57 only ('-', '.', '/', digits): their
+    # extremes (a SIMD pass each) and two compares decide, not a table lookup per byte.
+    if data.min() >= ord("-") and data.max() <= ord("9"):
+        if (data == ord("/")).any():
+            return _OTHER_CHARS
+        return _FLOAT_CHARS if (data == ord(".")).any() else _INT_CHARS
+    return int(np.take(_CHAR_CLASS, data).max())
 
 
 def _cell_classes(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:

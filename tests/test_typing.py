@@ -83,7 +83,7 @@ _cells = st.one_of(
     st.integers(-(2**40), 2**40).map(lambda i: f"{i}.0"),
     st.sampled_from(["inf", "-Infinity", "NaN", "+nan", " 7 ", "\t-3.5", "1e999", "3.4028236e38", "16777217"]),
     st.text(alphabet=_NUMBER_CHARS, max_size=6),
-    st.sampled_from(["eta", "tea", "alpha", "n/a", "", "e", ".", "12abc"]),
+    st.sampled_from(["eta", "tea", "alpha", "n/a", "", "e", ".", "12abc", "1/2", "-", "-.", "--1", "1.2.3"]),
 ).map(str.encode)
 _columns = st.lists(st.one_of(_cells, st.none()), min_size=1, max_size=40)
 # Columns of one kind of cell, as real columns are: each takes one fast path whole.
@@ -99,6 +99,7 @@ _pure = st.one_of(
 @example([b"1.5", b"2", b"0.25"])  # a column of decimals with one integer among them
 @example([b"eta", b"alpha", b"1"])
 @example([b"007", b"1.25"])
+@example([b"12/31", b"1"])  # a date among integers: text, though every byte is a digit, '-' or '/'
 def test_inference_counts_every_cell_as_a_reference_reads_it(cells):
     batch = pa.RecordBatch.from_pydict({"c": pa.array(cells, pa.binary())})
     assert _typing.count_types(batch)["c"] == _reference_counts(cells)
