@@ -33,18 +33,20 @@ _DTYPE_KEY = b"ingest.dtype"
 _ROWS_PER_ENCODE = 64  # blocks encoded per call: bounds the encoder's working memory
 
 
-def run_bytes(columns, rows) -> bytes:
-    """One chunk's rows of a shard (`rows`: their indices in `columns`) as an Arrow IPC stream."""
-    take = pa.array(rows)
+def run_bytes(columns, rows: np.ndarray) -> pa.Buffer:
+    """One chunk's rows of a shard (`rows`: their indices in `columns`, ascending: the
+    commit shuffles the shard's rows whatever their order) as an Arrow IPC stream."""
     fields = [pa.field(name, arr.type, metadata={_DTYPE_KEY: dtype.encode()}) for name, dtype, arr in columns]
-    return _ipc(pa.Table.from_arrays([arr.take(take) for _, _, arr in columns], schema=pa.schema(fields)))
+    whole = len(rows) == len(columns[0][2]) if columns else True  # ascending and all: every row, in order
+    arrays = [arr if whole else arr.take(pa.array(rows)) for _, _, arr in columns]
+    return _ipc(pa.Table.from_arrays(arrays, schema=pa.schema(fields)))
 
 
-def _ipc(table: pa.Table) -> bytes:
+def _ipc(table: pa.Table) -> pa.Buffer:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
-    return sink.getvalue().to_pybytes()
+    return sink.getvalue()  # not copied into bytes: writers take any buffer
 
 
 def _tables(data, lengths):

@@ -141,7 +141,7 @@ class _ConvertFiles(beam.DoFn):
         if cfg.layout == "blocks":
             # Columns, not blocks: the commit shuffles rows first, then cuts blocks (_commit_blocks).
             for split, shard, rows in _chunk.route(split_of, routing, where, position):
-                data = run_bytes(done.cols, rows)
+                data = run_bytes(done.cols, np.sort(rows))
                 self._fragments.append(split, shard, where, data, [len(data)], rows=len(rows))
                 added[split] = added.get(split, 0) + len(rows)
         else:
