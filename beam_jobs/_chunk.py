@@ -26,9 +26,6 @@ class Typed:
     cols: list  # [(name, dtype, Arrow array)] of the good rows
     rows: np.ndarray  # source row number of each good row
     bad: list  # BadRow, every row set aside while reading or typing
-    # name -> the column's good rows still dictionary-encoded, as the source read them:
-    # the statistics count its indices (`cols` holds the decoded values).
-    coded: dict = dataclasses.field(default_factory=dict)
 
 
 def typed(source, path: str, chunk: _sources.Chunk, types: dict, label: str | None) -> Typed:
@@ -53,10 +50,7 @@ def typed(source, path: str, chunk: _sources.Chunk, types: dict, label: str | No
         keep = pa.array(~bad_mask)
         cols = [(name, dtype, arr.filter(keep)) for name, dtype, arr in cols]
         rows = rows[~bad_mask]
-    coded = {name: arr for name, _, arr in cols if isinstance(arr, pa.DictionaryArray)}
-    if coded:
-        cols = [(name, dtype, arr.dictionary_decode() if name in coded else arr) for name, dtype, arr in cols]
-    return Typed(cols, rows, bad, coded)
+    return Typed(cols, rows, bad)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -208,11 +208,6 @@ class _Counts:
         vc = pc.value_counts(arr)
         self._add_counts(vc.field(0), vc.field(1).to_numpy().astype(np.int64))
 
-    def add_counted(self, values: pa.Array, counts: np.ndarray) -> None:
-        """Adds values already counted (`counts[i]` times `values[i]`)."""
-        if not self.dropped and len(values):
-            self._add_counts(values, counts)
-
     def _add_counts(self, values: pa.Array, counts: np.ndarray) -> None:
         if self.hll is not None:
             self._sketch(values, counts)
@@ -329,14 +324,6 @@ def _int_counts(x: np.ndarray) -> tuple:
     return values, counts.astype(np.int64)
 
 
-def _coded_counts(coded: pa.DictionaryArray) -> tuple:
-    """(the values present, how often each appears): a count of the indices, no hashing."""
-    indices = coded.indices.drop_null() if coded.null_count else coded.indices
-    counts = np.bincount(indices.to_numpy(zero_copy_only=False), minlength=len(coded.dictionary))
-    present = np.flatnonzero(counts)
-    return coded.dictionary.take(pa.array(present)), counts[present].astype(np.int64)
-
-
 def _digests(arr: pa.Array) -> pa.Array:
     """64-bit digests of binary values (images, blobs): counted instead of the bytes themselves."""
     digest = hashlib.blake2b
@@ -367,14 +354,6 @@ class _Lengths:
         if keys is not None:
             self.sample = self.sample or _Sample()
             self.sample.add(lengths.astype(np.int64), keys)
-
-    def add_counted(self, lengths: np.ndarray, counts: np.ndarray) -> None:
-        """Adds `counts[i]` values of length `lengths[i]`; every count above zero."""
-        if not len(lengths):
-            return
-        self.min, self.max = _span(self.min, self.max, int(lengths.min()), int(lengths.max()))
-        self.n += int(counts.sum())
-        self.total += int(lengths @ counts)
 
     def merge(self, other: "_Lengths") -> None:
         if other.n == 0:
@@ -458,20 +437,13 @@ class FeatureStats:
         self.lengths = _Lengths() if kind != "number" else None
         self.list_lengths = _Lengths() if is_list else None
 
-    def add(self, arr: pa.Array, keys: Keys, *, numbers: bool = True, coded: pa.DictionaryArray | None = None) -> None:
+    def add(self, arr: pa.Array, keys: Keys, *, numbers: bool = True) -> None:
         """Adds a chunk's column (`keys`: the rows' sampling keys); with `numbers=False`
-        the number statistics are left to `add_numbers_together`. `coded`: the same text
-        or binary values dictionary-encoded, counted by their indices."""
+        the number statistics are left to `add_numbers_together`."""
         valid = arr.is_valid().to_numpy(zero_copy_only=False) if arr.null_count else None
         present = len(arr) - arr.null_count
         self.count += present
         self.missing += arr.null_count
-        if coded is not None and not self.is_list and self.kind != "number":
-            self.values += present
-            values, counts = _coded_counts(coded)
-            self.lengths.add_counted(pc.binary_length(values).to_numpy(zero_copy_only=False), counts)
-            self.counts.add_counted(_digests(values) if self.kind == "binary" else values, counts)
-            return
         if valid is not None:
             arr, keys = arr.filter(pa.array(valid)), keys.subset(valid)
         if self.is_list:

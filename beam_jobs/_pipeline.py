@@ -161,7 +161,7 @@ class _ConvertFiles(beam.DoFn):
             # at a time, so the statistics hold at most one chunk.
             self._statistics_done()
             self._statistics = self._helper.submit(
-                self._stats.add_statistics, done.cols, self._kinds, split_of, cfg.split_names, keys, done.coded
+                self._stats.add_statistics, done.cols, self._kinds, split_of, cfg.split_names, keys
             )
 
     def _statistics_done(self):

@@ -320,11 +320,6 @@ def row_text(batch: pa.RecordBatch, i: int, fmt: CsvFormat) -> str:
 # pyarrow raises ArrowInvalid for bad metadata but a plain OSError for, e.g., a corrupt
 # Snappy or gzip page.
 _PARQUET_ERRORS = (pa.ArrowException, OSError)
-# A dictionary page up to this size (compressed) holds a vocabulary, thousands of values,
-# far below the size at which writers fall back to plain pages.
-_SMALL_DICTIONARY_PAGE = 64 << 10
-_INDEX_BYTES = 3  # per value, pages included, in a column chunk of indices
-_CODED_TYPES = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary)
 
 
 def read_parquet_schema(path: str) -> pa.Schema:
@@ -358,7 +353,6 @@ def iter_parquet_chunks(path: str, columns: list, batch_rows: int = 32768) -> It
         if missing:
             raise ValueError(f"input file {path} lacks column(s) {missing}; it has {pf.schema_arrow.names}")
         next_row = 1
-        pf = pq.ParquetFile(f, metadata=pf.metadata, read_dictionary=_coded_columns(pf, columns))
         batches = pf.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False)
         while True:
             try:
@@ -370,39 +364,6 @@ def iter_parquet_chunks(path: str, columns: list, batch_rows: int = 32768) -> It
             n = batch.num_rows
             yield Chunk(batch.select(columns), np.arange(next_row, next_row + n, dtype=np.int64), [])
             next_row += n
-
-
-def _coded_columns(pf: pq.ParquetFile, columns: list) -> list:
-    """The text and binary columns stored with a small dictionary in every row group:
-    read as Arrow dictionaries, so the statistics count the dictionary's indices instead
-    of hashing every string, and the strings are decoded no slower than the reader's own
-    decoding. Not a column whose writer fell back to plain pages when its dictionary grew
-    (after 1 MB in Arrow, parquet-mr and Spark, or a smaller limit): the reader would hash
-    those values to build a dictionary. Its pages give it away by their size."""
-    meta = pf.metadata
-    leaves = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
-    coded = []
-    for name in columns:
-        t = pf.schema_arrow.field(name).type
-        if pa.types.is_dictionary(t):
-            t = t.value_type
-        if name not in leaves or not any(is_(t) for is_ in _CODED_TYPES):
-            continue
-        chunks = [meta.row_group(g).column(leaves[name]) for g in range(meta.num_row_groups)]
-        if all(_dictionary_only(c) for c in chunks):
-            coded.append(name)
-    return coded
-
-
-def _dictionary_only(chunk) -> bool:
-    """Whether a column chunk holds a small dictionary and, after it, only indices: a
-    dictionary of at most 16k values (4 bytes each at least) has indices of at most 14
-    bits, where a plain page spends 4 bytes on each string's length alone."""
-    if not chunk.has_dictionary_page:
-        return False
-    dictionary = chunk.data_page_offset - chunk.dictionary_page_offset
-    data = chunk.total_uncompressed_size - dictionary  # the dictionary's compressed size: an overestimate
-    return dictionary <= _SMALL_DICTIONARY_PAGE and data <= _INDEX_BYTES * max(chunk.num_values, 1)
 
 
 def _parquet_damage(pf, path: str, columns: list, next_row: int, batch_rows: int, error: Exception) -> str:

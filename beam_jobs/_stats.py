@@ -60,11 +60,9 @@ class ConversionStats:
                 if len(lengths):
                     self._lengths(name, pc.min(lengths).as_py(), pc.max(lengths).as_py())
 
-    def add_statistics(self, cols, kinds: dict, split_of: np.ndarray, split_names: tuple, keys, coded=None) -> None:
+    def add_statistics(self, cols, kinds: dict, split_of: np.ndarray, split_names: tuple, keys) -> None:
         """Per-split statistics of good records' columns [(name, dtype, arr)]; `split_of`: each row's split,
-        `keys`: the rows' sampling keys (`_feature_stats.chunk_keys`), `coded`: name -> the same
-        column dictionary-encoded, if the source read it so (`_chunk.Typed.coded`)."""
-        coded = coded or {}
+        `keys`: the rows' sampling keys (`_feature_stats.chunk_keys`)."""
         parts = [(int(split_of[0]), None)] if len(split_of) and (split_of == split_of[0]).all() else None
         if parts is None:
             parts = [(int(s), np.flatnonzero(split_of == s)) for s in np.unique(split_of)]
@@ -79,10 +77,7 @@ class ConversionStats:
                     stats = mine[name] = FeatureStats(dtype, kinds[name], _is_list(arr.type))
                 part = arr if take is None else arr.take(take)
                 dense = stats.kind == "number" and not stats.is_list and part.null_count == 0 and len(part)
-                part_coded = coded.get(name)
-                if part_coded is not None and take is not None:
-                    part_coded = part_coded.take(take)
-                stats.add(part, split_keys, numbers=not dense, coded=part_coded)
+                stats.add(part, split_keys, numbers=not dense)
                 if dense:
                     group = together.setdefault(dtype, ([], []))
                     group[0].append(stats)

@@ -621,18 +621,6 @@ def canonical_arrow_column(arr: pa.Array, name: str, *, unfit: list | None = Non
     return dtype, shape, pc.if_else(pa.array(rows_bad), pa.nulls(len(out), out.type), out)
 
 
-def coded_text_column(arr: pa.Array, name: str) -> pa.DictionaryArray | None:
-    """A dictionary-encoded text or binary column with its dictionary made canonical
-    (large_binary), still encoded: its values are decoded once, by `_chunk.typed`, and
-    counted by their indices. None: not such a column (decode it as any other)."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    if not pa.types.is_dictionary(arr.type) or not _is_bytes_type(arr.type.value_type) or arr.dictionary.null_count:
-        return None
-    values, _ = _scalar_to_canonical(arr.dictionary, "bytes", name)  # bytes hold every value
-    return pa.DictionaryArray.from_arrays(arr.indices, values)
-
-
 def _at_rows(convert, parents):
     """Runs a conversion of a list column's values, naming rows, not values, in its errors."""
     try:

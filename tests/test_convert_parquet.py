@@ -6,13 +6,12 @@ import datetime
 import math
 import os
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from beam_jobs.convert import ConversionError
-from tests.conftest import quarantine_lines, read_examples, run_convert
+from tests.conftest import read_examples, run_convert
 
 T0 = datetime.datetime(2024, 5, 17, 12, 30, 0)
 
@@ -143,50 +142,3 @@ def test_parquet_multi_file_counts_and_label(tmp):
     xs = sorted(r["x"][0] for r in read_examples(tmp / "out"))
     assert xs == [float(j) for j in range(300)]
     assert not any(math.isnan(x) for x in xs)
-
-
-def _mixed_encodings_table(rows: int = 3000) -> pa.Table:
-    """Text and binary columns a writer stores with a dictionary (few values, with nulls),
-    one whose dictionary is too large to read as one (unique IDs), and a uint64 column
-    whose values above int64's range send their rows to quarantine."""
-    rng = np.random.default_rng(7)
-    return pa.table(
-        {
-            "id": pa.array(np.arange(rows)),
-            "color": pa.array(rng.choice(["red", "", "é", "blue"], rows), mask=rng.random(rows) < 0.1),
-            "raw": pa.array([bytes([255, i % 3]) for i in range(rows)], pa.binary(), mask=rng.random(rows) < 0.05),
-            "key": pa.array([f"user-{i:08d}-{i * 7919 % 10007:05d}" for i in range(rows)]),
-            "big": pa.array(np.where(rng.random(rows) < 0.01, 2**64 - 1, 5).astype(np.uint64)),
-            "y": pa.array(rng.integers(0, 3, rows)),
-        }
-    )
-
-
-def test_dictionary_pages_and_plain_pages_convert_to_the_same_records_and_statistics(tmp):
-    """The reader keeps small-dictionary text columns encoded and the statistics count
-    their indices; that must give what plain pages give, rows, quarantine and statistics."""
-    from beam_jobs import _sources
-
-    table = _mixed_encodings_table()
-    out = {}
-    for dictionary in (True, False):
-        src = tmp / f"in-{dictionary}" / "a.parquet"
-        os.makedirs(src.parent)
-        # Row groups of 1000 rows: each has its own dictionaries, so chunks meet several.
-        pq.write_table(table, src, row_group_size=1000, use_dictionary=dictionary, dictionary_pagesize_limit=16 << 10)
-        with open(src, "rb") as f:
-            coded = _sources._coded_columns(pq.ParquetFile(f), table.column_names)
-        assert coded == (["color", "raw"] if dictionary else [])  # "key" outgrew its dictionary page
-        ds = tmp / f"ds-{dictionary}"
-        info = run_convert(
-            "--source", "parquet", "--input", src, "--output", ds, "--label", "y",
-            "--splits", "train=0.6,eval=0.4", "--max_bad_fraction", "0.05",
-        )  # fmt: skip
-        rows = {s: sorted(read_examples(ds, s), key=lambda r: r["id"]) for s in ("train", "eval")}
-        quarantined = sorted(q["row"] for q in quarantine_lines(ds))
-        out[dictionary] = rows, quarantined, info.statistics
-    (rows, quarantined, stats), (plain_rows, plain_quarantined, plain_stats) = out[True], out[False]
-    assert rows == plain_rows and quarantined == plain_quarantined and len(quarantined) > 0
-    for split in ("train", "eval", None):
-        for name in ("color", "raw", "key"):
-            assert stats.of(split)[name] == plain_stats.of(split)[name], (split, name)

@@ -102,8 +102,7 @@ class Source:
         raise NotImplementedError
 
     def type_chunk(self, path: str, chunk: Chunk, types: dict) -> tuple:
-        """Types a chunk's columns: ([(name, dtype, array)], [BadRow], bad-row mask). A text
-        column may stay dictionary-encoded (`_typing.coded_text_column`)."""
+        """Types a chunk's columns: ([(name, dtype, array)], [BadRow], bad-row mask)."""
         raise NotImplementedError
 
     def row_text(self, chunk, i: int) -> str:

@@ -73,10 +73,6 @@ def type_arrow_chunk(source: Source, path: str, chunk, types: dict) -> tuple:
     for name in source.columns:
         dtype, shape = types[name]
         raw = batch.column(name)
-        coded = _typing.coded_text_column(raw, name)
-        if coded is not None and (dtype, shape) == ("bytes", ()):
-            cols.append((name, dtype, coded))
-            continue
         unfit = []  # (row in chunk, reason): values the stored type cannot hold
         try:
             got_dtype, got_shape, arr = _typing.canonical_arrow_column(raw, name, unfit=unfit)
