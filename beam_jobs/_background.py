@@ -7,10 +7,11 @@ current one (tf.data's prefetch, for a Beam DoFn).
 
 from __future__ import annotations
 
+import concurrent.futures
 import queue
 import threading
 
-__all__ = ["BackgroundWriter", "prefetched"]
+__all__ = ["BackgroundWriter", "OneAhead", "prefetched"]
 
 _DONE = object()
 
@@ -93,3 +94,28 @@ def prefetched(items, *, depth: int = 1):
                 pending.get(timeout=0.1)
             except queue.Empty:
                 pass
+
+
+class OneAhead:
+    """Runs calls in a helper thread, one at a time, while the caller goes on: `submit`
+    first waits for the call before it (re-raising its error), so the helper holds one
+    call's arguments at most; `close` waits for the last."""
+
+    def __init__(self, name: str):
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=name)
+        self._pending = None
+
+    def submit(self, fn, *args) -> None:
+        self.wait()
+        self._pending = self._pool.submit(fn, *args)
+
+    def wait(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            self._pool.shutdown()

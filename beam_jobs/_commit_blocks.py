@@ -81,11 +81,12 @@ def _concat(tables: list) -> pa.Table:
 class _BlockSink:
     """Encodes rows into framed blocks of `block_rows` as they come; writes them to `out`."""
 
-    def __init__(self, out, block_rows: int):
-        self._out, self._k = out, block_rows
+    def __init__(self, out, block_rows: int, on_rows=None):
+        self._out, self._k, self._on_rows = out, block_rows, on_rows
         self._carry: list = []
         self._carried = 0
         self.blocks = 0
+        self._parts = 0
 
     def add(self, table: pa.Table) -> None:
         self._carry.append(table)
@@ -103,18 +104,23 @@ class _BlockSink:
         full = table.num_rows if final else table.num_rows // self._k * self._k
         for start in range(0, full, self._k * _ROWS_PER_ENCODE):
             part = table.slice(start, min(self._k * _ROWS_PER_ENCODE, full - start))
-            data, _, _, sizes = encode_blocks(_columns(part), part.num_rows, self._k)
+            columns = _columns(part)
+            if self._on_rows is not None:
+                self._on_rows(columns, part.num_rows, self._parts)
+                self._parts += 1
+            data, _, _, sizes = encode_blocks(columns, part.num_rows, self._k)
             self._out.write(memoryview(data))
             self.blocks += len(sizes)
         rest = table.slice(full)
         self._carry, self._carried = ([rest], rest.num_rows) if rest.num_rows else ([], 0)
 
 
-def write_block_shard(fragments: list, out, *, rng, block_rows: int, budget: Budget = Budget()) -> int:
+def write_block_shard(fragments: list, out, *, rng, block_rows: int, budget: Budget = Budget(), on_rows=None) -> int:
     """Writes the fragments' rows to `out` as blocks, shuffled row by row when `rng` is
-    given (else in source order); returns the number of blocks."""
+    given (else in source order); returns the number of blocks. `on_rows(columns, n,
+    index)` sees each slice of rows ([(name, dtype, array)]) before it is encoded."""
     fragments = sorted(fragments, key=lambda f: (tuple(f.order), f.path))
-    sink = _BlockSink(out, block_rows)
+    sink = _BlockSink(out, block_rows, on_rows)
     if rng is None:
         for f in fragments:
             for table in _runs(f):

@@ -21,7 +21,6 @@ corpus in memory. Fragments on disk bound memory by the shard size instead.
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import logging
 import time
@@ -37,7 +36,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_jobs import _chunk, _commit, _feature_stats, _fragments
-from beam_jobs._background import BackgroundWriter, prefetched
+from beam_jobs._background import BackgroundWriter, OneAhead, prefetched
 from beam_jobs._commit_blocks import run_bytes, write_block_shard
 from beam_jobs._config import JobConfig
 from beam_jobs._example_encoder import encode_batch
@@ -85,8 +84,7 @@ class _ConvertFiles(beam.DoFn):
         self._bundle = uuid.uuid4().hex[:12]
         self._fragments = _fragments.FragmentWriter(self._cfg.tmp_dir, self._bundle)
         self._stats = ConversionStats()
-        self._helper = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ingest-statistics")
-        self._statistics = None
+        self._statistics = OneAhead("ingest-statistics")
         self._quarantine = None
         self._quarantine_count = 0
         self._last_log = time.monotonic()
@@ -97,10 +95,7 @@ class _ConvertFiles(beam.DoFn):
         file_index, _, byte_range = item
         part = byte_range.index if byte_range is not None else 0
         decided = cfg.decide(type_counts)
-        self._kinds = {
-            name: _feature_stats.kind_of(dtype, name not in decided.binary)
-            for name, (dtype, _) in decided.types.items()
-        }
+        self._kinds = _kinds(decided)
         routing = _chunk.Routing(cfg.splits, decided.num_shards, cfg.shuffle, cfg.seed)
         position: dict = {}  # split -> records of this file part so far
         path, chunks = cfg.source.read(item)
@@ -154,20 +149,12 @@ class _ConvertFiles(beam.DoFn):
             position[split] = position.get(split, 0) + n
             self._stats.add_records(cfg.splits[split][0], n)
         self._records.inc(good)
-        if cfg.statistics:
+        if cfg.statistics and cfg.layout == "rows":  # blocks: gathered in the commit (_CommitShard)
             keys = _feature_stats.chunk_keys(good, [cfg.seed, file_index, part, chunk_index])
             # In a helper, while this thread goes on to the next chunk: numpy and Arrow do
             # the work without the GIL, on a core the reader leaves mostly idle. One chunk
             # at a time, so the statistics hold at most one chunk.
-            self._statistics_done()
-            self._statistics = self._helper.submit(
-                self._stats.add_statistics, done.cols, self._kinds, split_of, cfg.split_names, keys
-            )
-
-    def _statistics_done(self):
-        if self._statistics is not None:
-            pending, self._statistics = self._statistics, None
-            pending.result()  # re-raises the helper's error here
+            self._statistics.submit(self._stats.add_statistics, done.cols, self._kinds, split_of, cfg.split_names, keys)
 
     def _quarantine_rows(self, bad):
         if not bad:
@@ -196,8 +183,7 @@ class _ConvertFiles(beam.DoFn):
             )
 
     def finish_bundle(self):
-        self._statistics_done()
-        self._helper.shutdown()
+        self._statistics.close()
         for f in self._fragments.close():
             yield beam.pvalue.TaggedOutput(self.FRAGMENTS, _in_global_window(f))
         if self._quarantine is not None:
@@ -211,13 +197,28 @@ class _ConvertFiles(beam.DoFn):
 # --- commit ------------------------------------------------------------------------
 
 
+def _kinds(decided) -> dict:
+    """Each column's kind of statistics (`_feature_stats.kind_of`)."""
+    return {
+        name: _feature_stats.kind_of(dtype, name not in decided.binary) for name, (dtype, _) in decided.types.items()
+    }
+
+
 class _CommitShard(beam.DoFn):
-    """(split, shard) -> [Fragment] -> one shard file in the temp dir, shuffled if asked."""
+    """(split, shard) -> [Fragment] -> one shard file in the temp dir, shuffled if asked.
+
+    Blocks layout: the shard's statistics too (packed ConversionStats, output STATS),
+    gathered from its rows as they are cut into blocks, in a helper thread: the commit
+    encodes on one core and leaves the other free, where ConvertFiles shares both with
+    the reader. The rows layout gathers them in ConvertFiles (its fragments hold records).
+    """
+
+    STATS = "stats"
 
     def __init__(self, cfg: JobConfig, budget: _commit.Budget = _commit.Budget()):
         self._cfg, self._budget = cfg, budget
 
-    def process(self, element):
+    def process(self, element, type_counts=None):
         (split, shard), fragments = element
         cfg = self._cfg
         ext = ".tfrecord.gz" if cfg.compression == "gzip" else ".tfrecord"
@@ -227,13 +228,37 @@ class _CommitShard(beam.DoFn):
         fragments = list(fragments)
         with BackgroundWriter(FileSystems.create(path, compression_type=compression)) as out:
             if cfg.layout == "blocks":
-                frames = write_block_shard(fragments, out, rng=rng, block_rows=cfg.block_rows, budget=self._budget)
+                stats = ConversionStats() if cfg.statistics else None
+                gather = self._statistics_of(stats, split, shard, type_counts) if stats is not None else None
+                try:
+                    frames = write_block_shard(
+                        fragments, out, rng=rng, block_rows=cfg.block_rows, budget=self._budget, on_rows=gather
+                    )
+                finally:
+                    if gather is not None:
+                        gather.helper.close()
+                if stats is not None:
+                    yield beam.pvalue.TaggedOutput(self.STATS, stats.pack())
             else:
                 frames = _commit.write_shard(fragments, out, rng=rng, budget=self._budget)
         size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
         rows = sum(f.rows for f in fragments)
         blocks = frames if cfg.layout == "blocks" else None
         yield {"split": split, "shard": shard, "path": path, "records": rows, "blocks": blocks, "bytes": size}
+
+    def _statistics_of(self, stats: ConversionStats, split: int, shard: int, type_counts):
+        """A callback for the rows of each slice the commit encodes: adds their statistics
+        to `stats` in a helper thread (its `helper`), one slice at a time."""
+        cfg = self._cfg
+        kinds = _kinds(cfg.decide(type_counts))
+        helper = OneAhead("ingest-statistics")
+
+        def gather(cols, n: int, index: int) -> None:
+            keys = _feature_stats.chunk_keys(n, [cfg.seed, split, shard, index])
+            helper.submit(stats.add_statistics, cols, kinds, np.full(n, split), cfg.split_names, keys)
+
+        gather.helper = helper
+        return gather
 
 
 def _finalize(trigger, cfg: JobConfig, shards: list, stats: bytes, quarantine: list, *type_counts) -> str:
@@ -278,20 +303,22 @@ class ConvertToTFRecords(beam.PTransform):
             # ((split, shard), Fragment)
             | "GroupFragments" >> beam.GroupByKey()
             # ((split, shard), [Fragment])
-            | "CommitShards" >> beam.ParDo(_CommitShard(cfg))
-            # {"split", "shard", "path", "records", "bytes"} of a shard in the temp dir
+            | "CommitShards" >> beam.ParDo(_CommitShard(cfg), *side).with_outputs(_CommitShard.STATS, main="shards")
         )
+        # shards: {"split", "shard", "path", "records", "bytes"} of a shard in the temp dir;
+        # STATS: a blocks shard's statistics, packed
         # Global merges without CombineGlobally's defaults: the side inputs give the merge
         # of nothing instead. Its default-value branch made the pipeline slower to build
         # and run: with an Impulse for Create([None]) below, a 100-row job took 0.23 s
         # instead of 0.30 s (median of 12), a fixed cost of every job.
         stats = (
-            converted[_ConvertFiles.STATS]
+            (converted[_ConvertFiles.STATS], shards[_CommitShard.STATS])
+            | "AllStats" >> beam.Flatten()
             | "MergeStats" >> beam.CombineGlobally(ConversionStats.merge_packed).without_defaults()
         )
         # one ConversionStats, packed (bytes)
         finalize_side = [
-            beam.pvalue.AsList(shards),
+            beam.pvalue.AsList(shards.shards),
             _total_of(stats, ConversionStats.merge_packed),
             beam.pvalue.AsList(converted[_ConvertFiles.QUARANTINE]),
         ]

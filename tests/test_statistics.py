@@ -189,6 +189,30 @@ def test_two_worker_runner_merges_to_the_same_statistics(converted, tmp_path):
         _check_number(b["x"], part.column("x").combine_chunks())
 
 
+def test_blocks_layout_gathers_the_same_statistics_in_its_commit(converted, tmp_path):
+    """Blocks gather statistics as each shard's rows are cut into blocks (the commit), rows
+    as each chunk is read: the same numbers, merged over three shards a split and the
+    several slices (64 blocks) of each."""
+    table, path, _ = converted
+    s = str(_convert(tmp_path, table, "--layout", "blocks", "--num_shards", "3", "--block_rows", "256"))
+    blocks, rows = ingest.load_info(s), ingest.load_info(path)
+    assert blocks.layout == "blocks" and len(blocks.split("train").shards) == 3
+    ids = _split_ids(s)
+    for split in (*SPLITS, None):
+        a, b = rows.statistics.of(split), blocks.statistics.of(split)
+        assert sorted(a) == sorted(b)
+        for name in a:
+            fa, fb = _fields(a[name]), _fields(b[name])
+            sampled = _SAMPLED | ({"distinct", "top"} if not fa["distinct_exact"] else set())
+            assert {k: v for k, v in fa.items() if k not in sampled} == {
+                k: v for k, v in fb.items() if k not in sampled
+            }, (split, name)
+            for k in ("mean", "std"):
+                assert fa[k] == pytest.approx(fb[k], rel=1e-9, abs=1e-12) if fa[k] is not None else fb[k] is None
+        part = table if split is None else table.take(np.sort(ids[split]))
+        _check_number(b["x"], part.column("x").combine_chunks())
+
+
 _SAMPLED = {"quantiles", "list_length", "mean", "std"}  # from a sample, or sums in another order
 
 
