@@ -8,11 +8,12 @@ is the job's source adapter (`beam_jobs.adapters`), what happens to one chunk is
                           append to per-bundle fragment files (blocks layout: the
                           rows' columns, as Arrow IPC)
                           outputs: Fragment, {"path", "records"} of quarantine files,
-                          ConversionStats
+                          ConversionStats (with the statistics, rows layout)
       -> GroupFragments   ((split, shard), [Fragment])      small descriptors only
       -> CommitShards     {"split", "shard", "path", "records", "bytes"}: one TFRecord
                           per (split, shard), shuffled within the shard (`_commit`;
-                          blocks layout: rows shuffled, then cut into blocks, `_commit_blocks`)
+                          blocks layout: rows shuffled, then cut into blocks, `_commit_blocks`,
+                          and the shard's statistics gathered from them)
       -> Finalize         checks, moves shards into place, writes the metadata last
 
 Records never pass through a GroupByKey: on the DirectRunner that would hold the whole
