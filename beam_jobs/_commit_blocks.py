@@ -81,12 +81,11 @@ def _concat(tables: list) -> pa.Table:
 class _BlockSink:
     """Encodes rows into framed blocks of `block_rows` as they come; writes them to `out`."""
 
-    def __init__(self, out, block_rows: int, on_rows=None):
-        self._out, self._k, self._on_rows = out, block_rows, on_rows
+    def __init__(self, out, block_rows: int):
+        self._out, self._k = out, block_rows
         self._carry: list = []
         self._carried = 0
         self.blocks = 0
-        self._parts = 0
 
     def add(self, table: pa.Table) -> None:
         self._carry.append(table)
@@ -104,11 +103,7 @@ class _BlockSink:
         full = table.num_rows if final else table.num_rows // self._k * self._k
         for start in range(0, full, self._k * _ROWS_PER_ENCODE):
             part = table.slice(start, min(self._k * _ROWS_PER_ENCODE, full - start))
-            columns = _columns(part)
-            if self._on_rows is not None:
-                self._on_rows(columns, part.num_rows, self._parts)
-                self._parts += 1
-            data, _, _, sizes = encode_blocks(columns, part.num_rows, self._k)
+            data, _, _, sizes = encode_blocks(_columns(part), part.num_rows, self._k)
             self._out.write(memoryview(data))
             self.blocks += len(sizes)
         rest = table.slice(full)
@@ -118,43 +113,54 @@ class _BlockSink:
 def write_block_shard(fragments: list, out, *, rng, block_rows: int, budget: Budget = Budget(), on_rows=None) -> int:
     """Writes the fragments' rows to `out` as blocks, shuffled row by row when `rng` is
     given (else in source order); returns the number of blocks. `on_rows(columns, n,
-    index)` sees each slice of rows ([(name, dtype, array)]) before it is encoded."""
+    index)` sees each run of rows ([(name, dtype, array)]) as it is read, before the
+    shuffle: the statistics then run beside the permutation and encoding."""
     fragments = sorted(fragments, key=lambda f: (tuple(f.order), f.path))
-    sink = _BlockSink(out, block_rows, on_rows)
+    sink = _BlockSink(out, block_rows)
+    runs = _seen(fragments, on_rows)
     if rng is None:
-        for f in fragments:
-            for table in _runs(f):
-                sink.add(table)
+        for table in runs:
+            sink.add(table)
     elif sum(f.bytes for f in fragments) <= budget.in_memory_bytes:
-        tables = [t for f in fragments for t in _runs(f)]
+        tables = list(runs)
         if tables:
             whole = _concat(tables)
             sink.add(whole.take(rng.permutation(whole.num_rows)))
     else:
-        _through_buckets(fragments, sink, rng, budget)
+        _through_buckets(runs, sum(f.bytes for f in fragments), sink, rng, budget)
     sink.close()
     return sink.blocks
 
 
-def _through_buckets(fragments: list, sink: _BlockSink, rng, budget: Budget) -> None:
+def _seen(fragments: list, on_rows):
+    """The fragments' runs as tables, each shown to `on_rows` first (if given)."""
+    index = 0
+    for f in fragments:
+        for table in _runs(f):
+            if on_rows is not None and table.num_rows:
+                on_rows(_columns(table), table.num_rows, index)
+                index += 1
+            yield table
+
+
+def _through_buckets(runs, total_bytes: int, sink: _BlockSink, rng, budget: Budget) -> None:
     """A random bucket per row, then each bucket permuted: a uniform shuffle in bounded memory.
 
     A bucket file holds IPC streams end to end (chunks may differ in their Arrow types,
     e.g. an all-null column), with their lengths kept aside, as fragments do.
     """
-    buckets = max(1, -(-sum(f.bytes for f in fragments) // budget.bucket_bytes))
+    buckets = max(1, -(-total_bytes // budget.bucket_bytes))
     with tempfile.TemporaryDirectory(prefix="ingest-commit-") as tmp:
         files = [open(os.path.join(tmp, f"b{i}"), "w+b") for i in range(buckets)]
         lengths: list = [[] for _ in range(buckets)]
         try:
-            for f in fragments:
-                for table in _runs(f):
-                    bucket_of = rng.integers(0, buckets, size=table.num_rows)
-                    grouped = table.take(np.argsort(bucket_of, kind="stable"))
-                    for b, first, end in key_ranges(np.bincount(bucket_of, minlength=buckets)):
-                        data = _ipc(grouped.slice(first, end - first))
-                        files[b].write(data)
-                        lengths[b].append(len(data))
+            for table in runs:
+                bucket_of = rng.integers(0, buckets, size=table.num_rows)
+                grouped = table.take(np.argsort(bucket_of, kind="stable"))
+                for b, first, end in key_ranges(np.bincount(bucket_of, minlength=buckets)):
+                    data = _ipc(grouped.slice(first, end - first))
+                    files[b].write(data)
+                    lengths[b].append(len(data))
             for b, file in enumerate(files):
                 if not lengths[b]:
                     continue

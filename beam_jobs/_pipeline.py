@@ -209,9 +209,10 @@ class _CommitShard(beam.DoFn):
     """(split, shard) -> [Fragment] -> one shard file in the temp dir, shuffled if asked.
 
     Blocks layout: the shard's statistics too (packed ConversionStats, output STATS),
-    gathered from its rows as they are cut into blocks, in a helper thread: the commit
-    encodes on one core and leaves the other free, where ConvertFiles shares both with
-    the reader. The rows layout gathers them in ConvertFiles (its fragments hold records).
+    gathered from its runs of rows as they are read, in a helper thread beside the
+    shuffle and the encoding: the commit runs on one core and leaves the other free,
+    where ConvertFiles shares both with the reader. The rows layout gathers them in
+    ConvertFiles (its fragments hold records).
     """
 
     STATS = "stats"
@@ -248,8 +249,8 @@ class _CommitShard(beam.DoFn):
         yield {"split": split, "shard": shard, "path": path, "records": rows, "blocks": blocks, "bytes": size}
 
     def _statistics_of(self, stats: ConversionStats, split: int, shard: int, type_counts):
-        """A callback for the rows of each slice the commit encodes: adds their statistics
-        to `stats` in a helper thread (its `helper`), one slice at a time."""
+        """A callback for each run of rows the commit reads: adds their statistics to
+        `stats` in a helper thread (its `helper`), one run at a time."""
         cfg = self._cfg
         kinds = _kinds(cfg.decide(type_counts))
         helper = OneAhead("ingest-statistics")

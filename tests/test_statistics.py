@@ -190,11 +190,11 @@ def test_two_worker_runner_merges_to_the_same_statistics(converted, tmp_path):
 
 
 def test_blocks_layout_gathers_the_same_statistics_in_its_commit(converted, tmp_path):
-    """Blocks gather statistics as each shard's rows are cut into blocks (the commit), rows
+    """Blocks gather statistics as each shard's runs of rows are read in the commit, rows
     as each chunk is read: the same numbers, merged over three shards a split and the
-    several slices (64 blocks) of each."""
+    several runs (input chunks) of each."""
     table, path, _ = converted
-    s = str(_convert(tmp_path, table, "--layout", "blocks", "--num_shards", "3", "--block_rows", "256"))
+    s = str(_convert(tmp_path, table, "--layout", "blocks", "--num_shards", "3"))
     blocks, rows = ingest.load_info(s), ingest.load_info(path)
     assert blocks.layout == "blocks" and len(blocks.split("train").shards) == 3
     ids = _split_ids(s)
