@@ -150,7 +150,7 @@ class _ConvertFiles(beam.DoFn):
             position[split] = position.get(split, 0) + n
             self._stats.add_records(cfg.splits[split][0], n)
         self._records.inc(good)
-        if cfg.statistics and cfg.layout == "rows":  # blocks: gathered in the commit (_CommitShard)
+        if cfg.statistics and not _statistics_in_commit(cfg):
             keys = _feature_stats.chunk_keys(good, [cfg.seed, file_index, part, chunk_index])
             # In a helper, while this thread goes on to the next chunk: numpy and Arrow do
             # the work without the GIL, on a core the reader leaves mostly idle. One chunk
@@ -198,6 +198,11 @@ class _ConvertFiles(beam.DoFn):
 # --- commit ------------------------------------------------------------------------
 
 
+def _statistics_in_commit(cfg: JobConfig) -> bool:
+    """Whether the commit gathers the statistics (blocks layout, `Source.statistics_while_reading`)."""
+    return cfg.statistics and cfg.layout == "blocks" and not cfg.source.statistics_while_reading
+
+
 def _kinds(decided) -> dict:
     """Each column's kind of statistics (`_feature_stats.kind_of`)."""
     return {
@@ -211,8 +216,9 @@ class _CommitShard(beam.DoFn):
     Blocks layout: the shard's statistics too (packed ConversionStats, output STATS),
     gathered from its runs of rows as they are read, in a helper thread beside the
     shuffle and the encoding: the commit runs on one core and leaves the other free,
-    where ConvertFiles shares both with the reader. The rows layout gathers them in
-    ConvertFiles (its fragments hold records).
+    where ConvertFiles shares both with the reader. Not for a source whose reading keeps
+    ConvertFiles waiting (`Source.statistics_while_reading`: CSV), nor the rows layout
+    (its fragments hold records): those gather them in ConvertFiles.
     """
 
     STATS = "stats"
@@ -230,7 +236,7 @@ class _CommitShard(beam.DoFn):
         fragments = list(fragments)
         with BackgroundWriter(FileSystems.create(path, compression_type=compression)) as out:
             if cfg.layout == "blocks":
-                stats = ConversionStats() if cfg.statistics else None
+                stats = ConversionStats() if _statistics_in_commit(cfg) else None
                 gather = self._statistics_of(stats, split, shard, type_counts) if stats is not None else None
                 try:
                     frames = write_block_shard(

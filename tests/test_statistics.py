@@ -213,6 +213,38 @@ def test_blocks_layout_gathers_the_same_statistics_in_its_commit(converted, tmp_
         _check_number(b["x"], part.column("x").combine_chunks())
 
 
+def test_csv_blocks_gather_statistics_while_reading_and_match_pandas(tmp_path):
+    """CSV gathers the blocks layout's statistics in ConvertFiles, beside its reader
+    (`Source.statistics_while_reading`), Parquet in the commit: both must be exact."""
+    rng = np.random.default_rng(3)
+    rows = 20_000
+    df = pd.DataFrame(
+        {
+            "id": np.arange(rows),
+            "x": np.round(rng.normal(5, 2, rows), 3),
+            "s": rng.choice(["red", "green", "blue"], rows),
+            "y": rng.integers(0, 3, rows),
+        }
+    )
+    df.loc[rng.random(rows) < 0.05, "x"] = np.nan  # empty cells: missing
+    os.makedirs(tmp_path / "in")
+    df.to_csv(tmp_path / "in" / "a.csv", index=False)
+    out = tmp_path / "ds"
+    run_convert(
+        "--source", "csv", "--input", tmp_path / "in" / "a.csv", "--output", out, "--label", "y",
+        "--splits", "train=0.7,eval=0.3", "--num_shards", "2",
+    )  # fmt: skip
+    info = ingest.load_info(str(out))
+    assert info.layout == "blocks"
+    ids = _split_ids(str(out))
+    for split in (*SPLITS, None):
+        part = df if split is None else df.iloc[np.sort(ids[split])]
+        st = info.statistics.of(split)
+        _check_number(st["x"], pa.array(part["x"].to_numpy(np.float32), mask=part["x"].isna().to_numpy()))
+        assert [(t.value, t.count) for t in st["s"].top] == _keras_order(part["s"].value_counts())
+        assert st["y"].count == len(part) and st["y"].distinct == part["y"].nunique()
+
+
 _SAMPLED = {"quantiles", "list_length", "mean", "std"}  # from a sample, or sums in another order
 
 

@@ -43,6 +43,11 @@ class Source:
     # Record layouts it can be written in; the first is its default. Tabular sources default
     # to blocks: ~3x the read throughput of row records in a quarter of the bytes (BENCHMARKS.md).
     layouts: ClassVar[tuple] = ("blocks", "rows")
+    # Where the blocks layout gathers statistics: beside the reading (ConvertFiles) for a
+    # source whose reader is slower than the typing, so that the DoFn's thread waits for
+    # it (CSV's text parsing); else in the commit, which encodes on one core of two.
+    # Measured on the 500k-row corpus, alternating in one process (BENCHMARKS.md).
+    statistics_while_reading: ClassVar[bool] = False
 
     # --- launch ------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ class CsvSource(Source):
     split_bytes: int = 0  # read files larger than this as byte ranges (0: whole files)
 
     format: ClassVar[str] = "csv"
+    statistics_while_reading: ClassVar[bool] = True  # the reader thread parses text: the DoFn's waits
 
     @classmethod
     def add_flags(cls, group) -> None:
