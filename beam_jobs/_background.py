@@ -99,7 +99,7 @@ def prefetched(items, *, depth: int = 1):
 class OneAhead:
     """Runs calls in a helper thread, one at a time, while the caller goes on: `submit`
     first waits for the call before it (re-raising its error), so the helper holds one
-    call's arguments at most; `close` waits for the last."""
+    call's arguments at most; `close` (or leaving a `with` block) waits for the last."""
 
     def __init__(self, name: str):
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=name)
@@ -119,3 +119,9 @@ class OneAhead:
             self.wait()
         finally:
             self._pool.shutdown()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

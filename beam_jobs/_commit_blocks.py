@@ -118,16 +118,17 @@ def write_block_shard(fragments: list, out, *, rng, block_rows: int, budget: Bud
     fragments = sorted(fragments, key=lambda f: (tuple(f.order), f.path))
     sink = _BlockSink(out, block_rows)
     runs = _seen(fragments, on_rows)
+    total_bytes = sum(f.bytes for f in fragments)
     if rng is None:
         for table in runs:
             sink.add(table)
-    elif sum(f.bytes for f in fragments) <= budget.in_memory_bytes:
+    elif total_bytes <= budget.in_memory_bytes:
         tables = list(runs)
         if tables:
             whole = _concat(tables)
             sink.add(whole.take(rng.permutation(whole.num_rows)))
     else:
-        _through_buckets(runs, sum(f.bytes for f in fragments), sink, rng, budget)
+        _through_buckets(runs, total_bytes, sink, rng, budget)
     sink.close()
     return sink.blocks
 

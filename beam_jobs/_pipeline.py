@@ -237,14 +237,11 @@ class _CommitShard(beam.DoFn):
         with BackgroundWriter(FileSystems.create(path, compression_type=compression)) as out:
             if cfg.layout == "blocks":
                 stats = ConversionStats() if _statistics_in_commit(cfg) else None
-                gather = self._statistics_of(stats, split, shard, type_counts) if stats is not None else None
-                try:
+                with OneAhead("ingest-statistics") as helper:  # starts no thread unless given work
+                    gather = self._statistics_of(stats, helper, split, shard, type_counts) if stats else None
                     frames = write_block_shard(
                         fragments, out, rng=rng, block_rows=cfg.block_rows, budget=self._budget, on_rows=gather
                     )
-                finally:
-                    if gather is not None:
-                        gather.helper.close()
                 if stats is not None:
                     yield beam.pvalue.TaggedOutput(self.STATS, stats.pack())
             else:
@@ -254,18 +251,16 @@ class _CommitShard(beam.DoFn):
         blocks = frames if cfg.layout == "blocks" else None
         yield {"split": split, "shard": shard, "path": path, "records": rows, "blocks": blocks, "bytes": size}
 
-    def _statistics_of(self, stats: ConversionStats, split: int, shard: int, type_counts):
+    def _statistics_of(self, stats: ConversionStats, helper: OneAhead, split: int, shard: int, type_counts):
         """A callback for each run of rows the commit reads: adds their statistics to
-        `stats` in a helper thread (its `helper`), one run at a time."""
+        `stats` in `helper`, one run at a time."""
         cfg = self._cfg
         kinds = _kinds(cfg.decide(type_counts))
-        helper = OneAhead("ingest-statistics")
 
         def gather(cols, n: int, index: int) -> None:
             keys = _feature_stats.chunk_keys(n, [cfg.seed, split, shard, index])
             helper.submit(stats.add_statistics, cols, kinds, np.full(n, split), cfg.split_names, keys)
 
-        gather.helper = helper
         return gather
 
 
