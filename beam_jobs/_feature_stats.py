@@ -144,16 +144,23 @@ class _Sample:
         if self.size >= 2 * SAMPLE_SIZE:
             self._lower(self.threshold * SAMPLE_SIZE / self.size)
 
-    def _joined(self) -> tuple:
+    def _joined(self) -> tuple | None:
+        """(values, keys) as one piece; None while empty. An empty sample holds no piece, not
+        an empty float64 one: joined with int64 values, that would make them float64 and
+        round every value past 2**53 (it did, in each merge into a new accumulator)."""
         if len(self.pieces) > 1:
             self.pieces = [tuple(np.concatenate(part) for part in zip(*self.pieces))]
-        return self.pieces[0] if self.pieces else (np.empty(0), np.empty(0, np.float32))
+        return self.pieces[0] if self.pieces else None
 
     def _lower(self, threshold: float) -> None:
-        values, keys = self._joined()
+        self.threshold = threshold
+        joined = self._joined()
+        if joined is None:
+            return
+        values, keys = joined
         keep = np.flatnonzero(keys < threshold)  # a random mask indexes 8x slower than its positions
         self.pieces = [(values.take(keep), keys.take(keep))]
-        self.size, self.threshold = len(keep), threshold
+        self.size = len(keep)
 
     def _shrink(self) -> None:
         """Down to ~SAMPLE_SIZE values: what is shipped between workers and sorted at the end."""
@@ -164,14 +171,16 @@ class _Sample:
     def merge(self, other: "_Sample") -> None:
         if other.threshold < self.threshold:
             self._lower(other.threshold)
-        values, keys = other._joined()
-        self.add(values, Keys(keys))
+        joined = other._joined()
+        if joined is not None:
+            self.add(joined[0], Keys(joined[1]))
 
     def __getstate__(self):
         self._shrink()
         return self.__dict__
 
     def quantiles(self, lo, hi) -> list:
+        """QUANTILES values from `lo` to `hi`; the sample holds a value once any was added."""
         self._shrink()
         values, _ = self._joined()
         at = np.rint(np.linspace(0, len(values) - 1, QUANTILES)).astype(np.int64)

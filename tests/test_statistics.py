@@ -338,3 +338,13 @@ def test_statistics_round_trip_and_a_malformed_entry_is_named(converted, tmp_pat
     (broken / "dataset_info.json").write_text(json.dumps(meta))
     with pytest.raises(ingest.DatasetInfoError, match=r"metadata\.statistics\.splits\.eval\.x\.count must be"):
         ingest.load_info(str(broken))
+
+
+def test_int64_quantiles_stay_exact_through_merges():
+    # Past 2**53 a float64 cannot hold these values: a sample made float64 anywhere on
+    # the way (merged into a new accumulator, packed, merged packed) rounds them. Parts
+    # of over 2 * SAMPLE_SIZE values have lowered their threshold before they merge.
+    rng = np.random.default_rng(12)
+    values = 2**60 + 7 * rng.integers(0, 10**6, 300_000)
+    got = _stats_of(np.array_split(values, 3), dtype="int64")
+    assert set(got["quantiles"]) <= set(values.tolist())
