@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import numpy as np
 import pandas as pd
@@ -338,6 +339,21 @@ def test_statistics_round_trip_and_a_malformed_entry_is_named(converted, tmp_pat
     (broken / "dataset_info.json").write_text(json.dumps(meta))
     with pytest.raises(ingest.DatasetInfoError, match=r"metadata\.statistics\.splits\.eval\.x\.count must be"):
         ingest.load_info(str(broken))
+
+
+def test_metadata_lays_out_one_statistic_a_line(converted):
+    """The statistics are written by json's C encoder, not `indent=2`'s Python one: the
+    file must still read as well, one field of a feature a line, lists on it."""
+    _, path, _ = converted
+    with open(os.path.join(path, "dataset_info.json")) as f:
+        text = f.read()
+    info = ingest.load_info(path)
+    features = len(info.features)
+    assert len(re.findall(r'^ {8,10}"count": \d+,$', text, re.M)) == features * (1 + len(SPLITS))
+    quantile_lines = re.findall(r'^ +"quantiles": (\[.*\]),$', text, re.M)
+    assert quantile_lines and all(len(json.loads(q)) == 101 for q in quantile_lines)
+    assert text.startswith('{\n  "format_version": ') and text.endswith("\n  }\n}")
+    assert json.loads(text)["statistics"] == info.statistics.to_json()
 
 
 def test_int64_quantiles_stay_exact_through_merges():
