@@ -34,6 +34,7 @@ __all__ = [
     "Keys",
     "kind_of",
     "chunk_keys",
+    "share_keys",
     "QUANTILES",
     "EXACT_VALUES",
     "SAMPLE_SIZE",
@@ -163,8 +164,13 @@ class _Sample:
         self.size = len(keep)
 
     def _shrink(self) -> None:
-        """Down to ~SAMPLE_SIZE values: what is shipped between workers and sorted at the end."""
-        if self.size > SAMPLE_SIZE:
+        """Down to ~SAMPLE_SIZE values: what is shipped between workers and sorted at the end.
+
+        A sample already lowered holds SAMPLE_SIZE +- ~0.6% values (binomial), at times a
+        few over: one within a quarter over is kept, so that shrinking twice changes
+        nothing (`share_keys` shrinks before pickling does).
+        """
+        if self.size > SAMPLE_SIZE * 5 // 4:
             self._lower(self.threshold * SAMPLE_SIZE / self.size)
         self._joined()
 
@@ -177,7 +183,11 @@ class _Sample:
 
     def __getstate__(self):
         self._shrink()
-        return self.__dict__
+        state = dict(self.__dict__)
+        if self.pieces:
+            values, keys = self.pieces[0]
+            state["pieces"] = [(_narrowed(values), keys)]
+        return state
 
     def quantiles(self, lo, hi) -> list:
         """QUANTILES values from `lo` to `hi`; the sample holds a value once any was added."""
@@ -187,6 +197,44 @@ class _Sample:
         q = np.sort(values)[at].tolist()  # numpy's vectorized sort: 10x a partition at 101 ranks
         q[0], q[-1] = lo, hi  # exact, not sampled
         return q
+
+
+def _narrowed(values: np.ndarray) -> np.ndarray:
+    """Integers in the smallest signed type that holds them (a label's sample: 1 byte a
+    value, not 8); they widen again when joined with int64 ones."""
+    if values.dtype != np.int64 or not len(values):
+        return values
+    lo, hi = values.min(), values.max()
+    for narrow in (np.int8, np.int16, np.int32):
+        if np.iinfo(narrow).min <= lo and hi <= np.iinfo(narrow).max:
+            return values.astype(narrow)
+    return values
+
+
+def share_keys(features) -> None:
+    """Lets the samples of these FeatureStats that hold the same rows' keys hold one array.
+
+    Features without missing values sample the same rows of every chunk (`Keys`), so
+    their samples' keys are equal but, once joined, separate arrays; pickled once
+    instead of once a feature, a shard of the benchmark corpus crosses stages in 2.1 MB
+    instead of 5.0 (with `_narrowed` integers).
+    """
+    seen: dict = {}  # (sample size, threshold) -> the distinct keys arrays seen
+    for stats in features:
+        for sample in (stats.sample, stats.list_lengths.sample if stats.list_lengths else None):
+            if sample is None:
+                continue
+            sample._shrink()
+            joined = sample._joined()
+            if joined is None:
+                continue
+            values, keys = joined
+            alike = seen.setdefault((len(keys), sample.threshold), [])
+            same = next((other for other in alike if np.array_equal(other, keys)), None)
+            if same is None:
+                alike.append(keys)
+            else:
+                sample.pieces = [(values, same)]
 
 
 class _Counts:
@@ -232,12 +280,7 @@ class _Counts:
         parts = [(self.values, self.counts)] if self.values is not None else []
         parts += self.pending
         self.pending, self.pending_rows = [], 0
-        table = (
-            pa.table({"v": pa.concat_arrays([v for v, _ in parts]), "c": np.concatenate([c for _, c in parts])})
-            .group_by("v")
-            .aggregate([("c", "sum")])
-        )
-        values, counts = table.column("v").combine_chunks(), table.column("c_sum").to_numpy()
+        values, counts = _summed(pa.concat_arrays([v for v, _ in parts]), np.concatenate([c for _, c in parts]))
         if len(values) <= EXACT_VALUES:
             self.values, self.counts = values, counts
         elif self.sketch_beyond:
@@ -320,6 +363,19 @@ class _Counts:
 
             self.hll = datasketches.hll_sketch.deserialize(self.hll)
             self.frequent = datasketches.frequent_strings_sketch.deserialize(self.frequent)
+
+
+def _summed(values: pa.Array, counts: np.ndarray) -> tuple:
+    """(distinct values, the sum of their counts): values seen in several parts, added up.
+
+    A dictionary encoding and one scatter-add, not Acero's group_by: its plan costs ~0.2 ms
+    a call whatever the size (2 x 12 values: 194 against 31 us; 2 x 9,000: 1.16 against
+    0.51 ms), and each feature's counts are compacted in every bundle and merge.
+    """
+    encoded = pc.dictionary_encode(values)
+    summed = np.zeros(len(encoded.dictionary), np.int64)
+    np.add.at(summed, encoded.indices.to_numpy(zero_copy_only=False), counts)
+    return encoded.dictionary, summed
 
 
 def _int_counts(x: np.ndarray) -> tuple:

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from beam_jobs._feature_stats import FeatureStats, add_numbers_together
+from beam_jobs._feature_stats import FeatureStats, add_numbers_together, share_keys
 
 __all__ = ["ConversionStats"]
 
@@ -88,7 +88,9 @@ class ConversionStats:
     def pack(self) -> bytes:
         """The stats as one pickled blob, the form they cross stages in: Beam's coder
         re-encodes an object at every stage boundary and for every size estimate (11
-        times per conversion, ~5 MB each with the statistics' samples), a blob it copies."""
+        times per conversion, 2-5 MB each with the statistics' samples), a blob it copies."""
+        for features in self.statistics.values():
+            share_keys(features.values())
         return pickle.dumps(self, protocol=pickle.HIGHEST_PROTOCOL)
 
     @staticmethod
@@ -98,10 +100,16 @@ class ConversionStats:
     @classmethod
     def merge_packed(cls, blobs) -> bytes:
         """`merge` for packed stats: Beam's combiner of the bundles' blobs."""
-        blobs = list(blobs)
+        blobs = sorted(blobs, key=len, reverse=True)
+        if not blobs:  # the merge of nothing: a side input's default
+            return cls().pack()
         if len(blobs) == 1:  # Beam calls it on single blobs too: nothing to merge
             return blobs[0]
-        return cls.merge(cls.unpack(b) for b in blobs).pack()
+        # Into the largest (the one holding most statistics), unpacked here for this merge
+        # alone: its samples and counts are not copied, as `merge` copies its inputs'.
+        base = cls.unpack(blobs[0])
+        base._add_all(cls.unpack(b) for b in blobs[1:])
+        return base.pack()
 
     def _lengths(self, name: str, lo: int, hi: int) -> None:
         self.min_len[name] = min(lo, self.min_len.get(name, lo))
@@ -109,27 +117,32 @@ class ConversionStats:
 
     @classmethod
     def merge(cls, many) -> "ConversionStats":
+        """A new ConversionStats holding all of `many`'s counts; they stay as they were."""
         out = cls()
+        out._add_all(many)
+        return out
+
+    def _add_all(self, many) -> None:
+        """Adds the counts of every ConversionStats in `many` to these."""
         for s in many:
-            out.rows += s.rows
-            out.bad += s.bad
+            self.rows += s.rows
+            self.bad += s.bad
             for mine, theirs in (
-                (out.split_records, s.split_records),
-                (out.missing, s.missing),
-                (out.reasons, s.reasons),
-                (out.counters, s.counters),
+                (self.split_records, s.split_records),
+                (self.missing, s.missing),
+                (self.reasons, s.reasons),
+                (self.counters, s.counters),
             ):
                 for k, v in theirs.items():
                     _add(mine, k, v)
             for name, lo in s.min_len.items():
-                out._lengths(name, lo, s.max_len[name])
+                self._lengths(name, lo, s.max_len[name])
             for split, features in s.statistics.items():
-                mine = out.statistics.setdefault(split, {})
+                mine = self.statistics.setdefault(split, {})
                 for name, stats in features.items():
                     if name not in mine:
                         mine[name] = FeatureStats.like(stats)  # inputs stay as they were
                     mine[name].merge(stats)
-        return out
 
     def statistics_json(self, split_names) -> dict:
         """{"overall": {feature: {...}}, "splits": {split: {feature: {...}}}} for the metadata."""

@@ -356,6 +356,85 @@ def test_metadata_lays_out_one_statistic_a_line(converted):
     assert json.loads(text)["statistics"] == info.statistics.to_json()
 
 
+def _bundle_stats(seed: int, rows: int, chunks: int):
+    """One bundle's ConversionStats over `chunks` chunks: dense columns (which sample the
+    same rows), one with missing values (other rows), a label and a wide int column."""
+    from beam_jobs._stats import ConversionStats
+
+    rng = np.random.default_rng(seed)
+    stats = ConversionStats()
+    kinds = {"a": "number", "b": "number", "gappy": "number", "label": "number", "wide": "number"}
+    for i in range(chunks):
+        cols = [
+            ("a", "float32", pa.array(rng.normal(0, 1, rows).astype(np.float32))),
+            ("b", "float32", pa.array(rng.lognormal(0, 1, rows).astype(np.float32))),
+            ("gappy", "float32", pa.array(rng.normal(5, 1, rows).astype(np.float32), mask=rng.random(rows) < 0.3)),
+            ("label", "int64", pa.array(rng.integers(-3, 7, rows))),
+            ("wide", "int64", pa.array(rng.integers(-(2**62), 2**62, rows))),
+        ]
+        split_of = rng.integers(0, 2, rows)
+        stats.add_statistics(cols, kinds, split_of, SPLITS, _feature_stats.chunk_keys(rows, [seed, i]))
+    return stats
+
+
+def test_packed_statistics_pickle_shared_keys_once_and_narrow_integers_losing_nothing():
+    import copy
+    import pickle
+
+    from beam_jobs._stats import ConversionStats
+
+    stats = _bundle_stats(1, 40_000, 4)  # 80k rows a split: samples lowered, some over SAMPLE_SIZE
+    before = copy.deepcopy(stats)
+    expected = before.statistics_json(SPLITS)
+    samples = {(s, n): f.sample._joined() for s, fs in before.statistics.items() for n, f in fs.items()}
+    blob = stats.pack()
+    back = ConversionStats.unpack(blob)
+    for split, features in back.statistics.items():
+        for name, f in features.items():
+            values, keys = f.sample._joined()
+            want_values, want_keys = samples[(split, name)]
+            np.testing.assert_array_equal(values, want_values)
+            np.testing.assert_array_equal(keys, want_keys)
+        dense = [features[n].sample._joined()[1] for n in ("a", "b", "label", "wide")]
+        assert all(k is dense[0] for k in dense)  # one array, pickled once
+        assert features["gappy"].sample._joined()[1] is not dense[0]
+        assert features["label"].sample._joined()[0].dtype == np.int8
+        assert features["wide"].sample._joined()[0].dtype == np.int64
+    assert back.statistics_json(SPLITS) == expected
+    each = sum(len(pickle.dumps(f, protocol=5)) for fs in before.statistics.values() for f in fs.values())
+    keys_bytes = sum(len(samples[(s, "a")][1]) * 4 for s in SPLITS)
+    assert len(blob) < each - 3 * keys_bytes  # three of the four dense features' keys not pickled
+
+
+def test_merging_packed_statistics_equals_merging_them_unpacked():
+    from beam_jobs._stats import ConversionStats
+
+    blobs = [
+        _bundle_stats(seed, rows, chunks).pack() for seed, rows, chunks in ((2, 30_000, 3), (3, 500, 1), (4, 9_000, 2))
+    ]
+    copied = ConversionStats.merge(ConversionStats.unpack(b) for b in blobs).statistics_json(SPLITS)
+    in_place = ConversionStats.unpack(ConversionStats.merge_packed(blobs)).statistics_json(SPLITS)
+    for split in SPLITS:
+        for name, want in copied["splits"][split].items():
+            got = in_place["splits"][split][name]
+            assert got.pop("mean") == pytest.approx(want.pop("mean"), rel=1e-12)  # merged in another order
+            assert got.pop("std") == pytest.approx(want.pop("std"), rel=1e-12)
+            assert got == want, (split, name)
+    assert ConversionStats.unpack(ConversionStats.merge_packed([])).statistics == {}
+
+
+def test_value_counts_add_up_across_many_parts():
+    from collections import Counter
+
+    rng = np.random.default_rng(11)
+    parts = [rng.choice(np.array([f"w{i}" for i in range(900)]), int(n)) for n in rng.integers(1, 4_000, 40)]
+    counts = _feature_stats._Counts(sketch_beyond=True)
+    for p in parts:  # more than EXACT_VALUES distinct-per-part rows: compacted on the way
+        counts.add(pa.array(p, pa.large_string()))
+    got = {t["value"]: t["count"] for t in counts.result(text=True)["top"]}
+    assert got == Counter(np.concatenate(parts).tolist())
+
+
 def test_int64_quantiles_stay_exact_through_merges():
     # Past 2**53 a float64 cannot hold these values: a sample made float64 anywhere on
     # the way (merged into a new accumulator, packed, merged packed) rounds them. Parts
