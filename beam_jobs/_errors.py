@@ -1,9 +1,64 @@
-"""The conversion's own error type, shared by the launcher and the pipeline's stages."""
+"""The conversion's own error type, shared by the launcher and the pipeline's stages, and
+the message for a storage call that failed."""
 
 from __future__ import annotations
 
-__all__ = ["ConversionError"]
+import re
+
+__all__ = ["ConversionError", "is_denied", "root_cause", "storage_error"]
+
+_ROLES = {
+    "--input": "roles/storage.objectViewer on the input's bucket",
+    "--output": "roles/storage.objectAdmin on the output's bucket",
+}
+# google-cloud-storage's errors read "403 GET <url>: <GCS's message>"; the path is named already.
+_REQUEST = re.compile(r"^(\d{3} )[A-Z]+ https?://\S+: ")
 
 
 class ConversionError(RuntimeError):
     """A conversion cannot go on; the message names the input or output and what to do."""
+
+
+def root_cause(e: BaseException) -> BaseException:
+    """The error the storage raised, under Beam's wrapping: a BeamIOError holds its
+    per-path errors in `exception_details` (nested for a match of a listing)."""
+    seen = set()
+    while id(e) not in seen:
+        seen.add(id(e))
+        details = getattr(e, "exception_details", None)
+        if isinstance(details, dict) and details:
+            e = next(iter(details.values()))
+        elif e.__cause__ is not None:
+            e = e.__cause__
+        else:
+            break
+    return e
+
+
+def _denied(e: BaseException) -> bool:
+    # google.api_core's Forbidden and Unauthorized carry the HTTP status as `code`.
+    return isinstance(e, PermissionError) or getattr(e, "code", None) in (401, 403)
+
+
+def _permission_fix(flag: str, path: str) -> str:
+    if not path.startswith("gs://"):
+        return "give the user the job runs as access to it, or choose another path"
+    return (
+        f"grant the account the job runs as {_ROLES[flag]} (on Dataflow: the workers' service account), "
+        "or check the credentials this machine uses (gcloud auth application-default login)"
+    )
+
+
+def is_denied(e: BaseException) -> bool:
+    """Whether `e`, under Beam's wrapping, is a refused permission."""
+    return _denied(root_cause(e))
+
+
+def storage_error(doing: str, flag: str, path: str, e: BaseException, kind=ConversionError) -> ConversionError:
+    """The error (`kind`) for `flag`'s `path` when the filesystem refused `doing` it:
+    the storage's own reason, and for a refused permission the role to grant."""
+    cause = root_cause(e)
+    reason = _REQUEST.sub(r"\1", str(cause).strip()).rstrip(".") or type(cause).__name__
+    if _denied(cause):
+        return kind(f"permission denied on {flag} {path}: {reason}; {_permission_fix(flag, path)}")
+    return kind(f"cannot {doing} {flag} {path}: {reason}")

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs import _sources, _typing
+from beam_jobs._errors import storage_error
 from beam_jobs._images import IMAGE_COLUMNS, ImageEntry
 
 __all__ = ["ImageCorpus", "is_manifest", "list_folder", "read_manifest", "work_items", "IMAGE_EXTENSIONS"]
@@ -104,7 +105,7 @@ def _remote_tree(root: str) -> list:
     try:
         found = [m for r in FileSystems.match([FileSystems.join(root, "*", "*")]) for m in r.metadata_list]
     except Exception as e:
-        raise ImageInputError(f"cannot list --input {root}: {e}") from e
+        raise storage_error("list", "--input", root, e, ImageInputError) from e
     return [(m.path, m.size_in_bytes, None) for m in found]
 
 

@@ -22,7 +22,7 @@ import time
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_jobs._errors import ConversionError
+from beam_jobs._errors import ConversionError, is_denied, storage_error
 from ingest import contract
 
 __all__ = [
@@ -226,8 +226,20 @@ def claim_output(output: str, *, overwrite: bool, job_id: str, stale_after_s: fl
 
     Refuses (OutputError) a directory that holds a live job's temp dir, a dataset
     without `overwrite`, or any file that neither the dataset's metadata nor a job's
-    temp dir accounts for.
+    temp dir accounts for; and one the storage refuses to list or write, naming the
+    role to grant when it is a permission.
     """
+    try:
+        return _claim(output, overwrite, job_id, stale_after_s, running_here)
+    except OutputError:
+        raise
+    except Exception as e:
+        if isinstance(e, OSError) or is_denied(e):
+            raise storage_error("use", "--output", output, e, OutputError) from e
+        raise
+
+
+def _claim(output: str, overwrite: bool, job_id: str, stale_after_s: float, running_here: bool) -> str:
     files = _list(output)
     now = time.time()
     current = _read_metadata(output)

@@ -8,6 +8,7 @@
   connections, terminates TLS with a certificate for both names (signed by a CA made
   here, trusted through CURL_CA_BUNDLE), and relays the plain HTTP to the emulator.
   No root, no /etc/hosts, no port 443. GOOGLE_AUTH_TOKEN_FOR_TESTING skips OAuth.
+- IAM is not emulated: every request naming the bucket FORBIDDEN_BUCKET gets GCS's 403.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import re
 import select
 import socket
 import ssl
@@ -96,7 +98,6 @@ class TlsRelayProxy:
         self.address = self._listener.getsockname()
         self._stopped = threading.Event()
         self.down = False  # refuse and drop connections: the server "goes away"
-        self.forbidden_bucket = "forbidden"  # requests touching it get GCS's 403 (IAM is not emulated)
         self._open = set()
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
@@ -128,16 +129,6 @@ class TlsRelayProxy:
             try:
                 tls = self._context.wrap_socket(client, server_side=True)
                 first = tls.recv(65536)
-                if self.forbidden_bucket and (
-                    f"/b/{self.forbidden_bucket}".encode() in first.split(b"\r\n", 1)[0]
-                    or f" /{self.forbidden_bucket}/".encode() in first.split(b"\r\n", 1)[0]
-                ):
-                    body = b'{"error": {"code": 403, "message": "caller does not have storage.objects.get access"}}'
-                    tls.sendall(
-                        b"HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
-                        b"Connection: close\r\n\r\n%s" % (len(body), body)
-                    )
-                    return
                 upstream = socket.create_connection(self._upstream)
                 upstream.sendall(first)
             except (ssl.SSLError, OSError):
@@ -182,7 +173,7 @@ def _pump(a, b, stop=lambda: False):
 
 def _https_urls_for_gcs_hosts():
     """The emulator builds upload and media URLs as http://<Host header>; real GCS (and the
-    TLS relay in front of the emulator) answers https://. The one seam patched here."""
+    TLS relay in front of the emulator) answers https://. The first of two seams patched here."""
     from urllib.parse import urlparse
 
     from gcp_storage_emulator import server
@@ -202,6 +193,44 @@ def _https_urls_for_gcs_hosts():
     server.Request._ingest_https = True
 
 
+FORBIDDEN_BUCKET = "forbidden"
+# JSON API paths (/storage/v1/b/<bucket>..., also under /download and /upload) and XML ones (/<bucket>/...)
+_NAMES_FORBIDDEN = re.compile(
+    rf"^(/download|/upload)?(/storage/v1)?/b/{FORBIDDEN_BUCKET}(/|\?|$)|^/{FORBIDDEN_BUCKET}/"
+)
+
+
+def _forbidden_bucket_answers_403():
+    """IAM is not emulated: a request naming FORBIDDEN_BUCKET gets the 403 GCS gives an
+    account without access, whoever sends it (Beam and google-cloud-storage directly,
+    TensorFlow through the TLS relay). The second seam patched here."""
+    from http import HTTPStatus
+
+    from gcp_storage_emulator import server
+
+    if getattr(server.Router, "_ingest_forbidden", False):
+        return
+    original = server.Router.handle
+
+    def handle(self, method):
+        path = self._request_handler.path
+        if not _NAMES_FORBIDDEN.search(path):
+            return original(self, method)
+        listing = method == "GET" and path.split("?")[0].endswith("/o")
+        what = "objects.list" if listing else "objects.get" if method == "GET" else "objects.create"
+        message = (
+            f"ingest-test@example.com does not have storage.{what} access to the Google Cloud Storage bucket. "
+            f"Permission 'storage.{what}' denied on resource (or it may not exist)."
+        )
+        response = server.Response(self._request_handler)
+        response.status = HTTPStatus.FORBIDDEN
+        response.json({"error": {"code": 403, "message": message, "errors": [{"reason": "forbidden"}]}})
+        response.close()
+
+    server.Router.handle = handle
+    server.Router._ingest_forbidden = True
+
+
 class GcsEmulator:
     """gcp-storage-emulator on 127.0.0.1, plus the TLS relay TensorFlow needs."""
 
@@ -209,6 +238,7 @@ class GcsEmulator:
         from gcp_storage_emulator.server import create_server
 
         _https_urls_for_gcs_hosts()
+        _forbidden_bucket_answers_403()
 
         self.port = free_port()
         self._server = create_server("127.0.0.1", self.port, in_memory=True)

@@ -17,7 +17,7 @@ from typing import ClassVar, Iterator
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from beam_jobs._errors import ConversionError
+from beam_jobs._errors import ConversionError, storage_error
 from beam_jobs._sources import Chunk
 
 __all__ = ["Source", "WorkItem", "flag", "match_files", "first_mismatch", "select_columns", "json_row"]
@@ -156,7 +156,7 @@ def match_files(pattern: str) -> list:
     try:
         results = FileSystems.match([pattern])
     except Exception as e:
-        raise ConversionError(f"cannot list --input {pattern}: {e}") from e
+        raise storage_error("list", "--input", pattern, e) from e
     files = sorted((m.path, m.size_in_bytes) for r in results for m in r.metadata_list)
     if not files:
         raise ConversionError(f"no files match --input {pattern}")
