@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs import _sources, _typing
-from beam_jobs._errors import storage_error
+from beam_jobs._errors import is_denied, storage_error
 from beam_jobs._images import IMAGE_COLUMNS, ImageEntry
 
 __all__ = ["ImageCorpus", "is_manifest", "list_folder", "read_manifest", "work_items", "IMAGE_EXTENSIONS"]
@@ -165,6 +165,8 @@ def _read_table(path: str) -> pa.Table:
         with _sources.CsvInput(path) as stream:  # gzip decoded by Arrow, as for CSV corpora
             return pacsv.read_csv(stream)
     except Exception as e:
+        if is_denied(e):
+            raise storage_error("read", "--input", path, e, ImageInputError) from e
         raise ImageInputError(f"cannot read manifest {path}: {e}") from e
 
 

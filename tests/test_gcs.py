@@ -135,18 +135,26 @@ def test_permission_denied_is_a_clear_error(gcs):
         ingest.make_dataset("gs://forbidden/ds", batch_size=8)
 
 
-@pytest.mark.parametrize("refused", ["--input", "--output"])
-def test_a_conversion_gcs_refuses_prints_one_line_naming_the_path_and_the_role(gcs, tmp_path, capsys, refused):
+@pytest.mark.parametrize(
+    "source, refused, path",
+    [
+        ("csv", "--input", "gs://forbidden/raw/*.csv"),  # listed
+        ("images", "--input", "gs://forbidden/manifest.csv"),  # read whole
+        ("csv", "--output", "gs://forbidden/ds"),
+    ],
+)
+def test_a_conversion_gcs_refuses_prints_one_line_naming_the_path_and_the_role(
+    gcs, tmp_path, capsys, source, refused, path
+):
     local = tmp_path / "a.csv"
     local.write_text("id,label\n1,0\n")
-    paths = {"--input": str(local), "--output": str(tmp_path / "out")}
-    paths[refused] = {"--input": "gs://forbidden/raw/*.csv", "--output": "gs://forbidden/ds"}[refused]
-    code = convert.main(["--source", "csv", "--label", "label", *(a for kv in paths.items() for a in kv)])
+    paths = {"--input": str(local), "--output": str(tmp_path / "out"), refused: path}
+    code = convert.main(["--source", source, "--label", "label", *(a for kv in paths.items() for a in kv)])
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert code == 1 and len(errors) == 1
     role = {"--input": "roles/storage.objectViewer", "--output": "roles/storage.objectAdmin"}[refused]
     assert errors[0].startswith(f"error: permission denied on {refused} {paths[refused]}: 403 ingest-test@example.com ")
-    assert "storage.objects.list" in errors[0] and role in errors[0] and "application-default login" in errors[0]
+    assert "storage.objects." in errors[0] and role in errors[0] and "application-default login" in errors[0]
     assert "BeamIOError" not in errors[0] and "http://" not in errors[0]
     assert not (tmp_path / "out").exists()  # refused before anything was written
 
