@@ -19,6 +19,7 @@ import pyarrow as pa
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from beam_jobs._errors import is_denied, storage_error
 from beam_jobs._sources import BadRow, Chunk
 
 __all__ = [
@@ -222,6 +223,8 @@ def _read(path: str) -> bytes:
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
             return f.read()
     except Exception as e:  # Beam's filesystems raise several types
+        if is_denied(e):  # not the image's fault: granting access makes it readable, so no quarantine
+            raise storage_error("read", "--input", path, e) from e
         raise BadImage("unreadable", f"cannot read {path}: {e}") from None
 
 

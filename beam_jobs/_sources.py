@@ -21,6 +21,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs._csv_ranges import CsvRange, RangeFile
 from beam_jobs._csv_records import RecordReader, Records
+from beam_jobs._errors import storage_error
 
 __all__ = [
     "CsvFormat",
@@ -94,8 +95,8 @@ class CsvInput:
     def __enter__(self):
         try:
             self._raw = FileSystems.open(self._path, compression_type=CompressionTypes.UNCOMPRESSED)
-        except Exception as e:  # Beam raises several types; keep the path in the message.
-            raise IOError(f"cannot open input file {self._path}: {e}") from e
+        except Exception as e:  # Beam raises several types
+            raise storage_error("open", "--input", self._path, e, OSError) from e
         if self._range is not None:
             part = RangeFile(self._raw, self._range.start, self._range.end)
             self.first_row = self._range.newlines_before + 1 + part.skipped_partial_line
@@ -337,7 +338,7 @@ def open_parquet(path: str):
         # Parquet needs random access: no decompression wrapper.
         return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
     except Exception as e:
-        raise IOError(f"cannot open input file {path}: {e}") from e
+        raise storage_error("open", "--input", path, e, OSError) from e
 
 
 def iter_parquet_chunks(path: str, columns: list, batch_rows: int = 32768) -> Iterator[Chunk]:

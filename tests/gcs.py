@@ -8,7 +8,9 @@
   connections, terminates TLS with a certificate for both names (signed by a CA made
   here, trusted through CURL_CA_BUNDLE), and relays the plain HTTP to the emulator.
   No root, no /etc/hosts, no port 443. GOOGLE_AUTH_TOKEN_FOR_TESTING skips OAuth.
-- IAM is not emulated: every request naming the bucket FORBIDDEN_BUCKET gets GCS's 403.
+- IAM is not emulated: every request naming the bucket FORBIDDEN_BUCKET gets GCS's 403,
+  and so does every read of an object in LIST_ONLY_BUCKET (listing it works), as for an
+  account holding storage.objects.list without storage.objects.get.
 """
 
 from __future__ import annotations
@@ -194,15 +196,28 @@ def _https_urls_for_gcs_hosts():
 
 
 FORBIDDEN_BUCKET = "forbidden"
+LIST_ONLY_BUCKET = "listonly"
 # JSON API paths (/storage/v1/b/<bucket>..., also under /download and /upload) and XML ones (/<bucket>/...)
 _NAMES_FORBIDDEN = re.compile(
     rf"^(/download|/upload)?(/storage/v1)?/b/{FORBIDDEN_BUCKET}(/|\?|$)|^/{FORBIDDEN_BUCKET}/"
 )
+# An object's metadata or content: /storage/v1/b/<bucket>/o/<name>, /download/..., /<bucket>/<name>
+_READS_LIST_ONLY = re.compile(rf"^(/download)?/storage/v1/b/{LIST_ONLY_BUCKET}/o/[^?]|^/{LIST_ONLY_BUCKET}/.")
+
+
+def _denied(method: str, path: str) -> str | None:
+    """The permission GCS would find missing for this request, or None."""
+    listing = method == "GET" and path.split("?")[0].endswith("/o")
+    if _NAMES_FORBIDDEN.search(path):
+        return "objects.list" if listing else "objects.get" if method == "GET" else "objects.create"
+    if method == "GET" and _READS_LIST_ONLY.search(path):
+        return "objects.get"
+    return None
 
 
 def _forbidden_bucket_answers_403():
-    """IAM is not emulated: a request naming FORBIDDEN_BUCKET gets the 403 GCS gives an
-    account without access, whoever sends it (Beam and google-cloud-storage directly,
+    """IAM is not emulated: a request `_denied` gets the 403 GCS gives an account
+    without the permission, whoever sends it (Beam and google-cloud-storage directly,
     TensorFlow through the TLS relay). The second seam patched here."""
     from http import HTTPStatus
 
@@ -213,13 +228,12 @@ def _forbidden_bucket_answers_403():
     original = server.Router.handle
 
     def handle(self, method):
-        path = self._request_handler.path
-        if not _NAMES_FORBIDDEN.search(path):
+        what = _denied(method, self._request_handler.path)
+        if what is None:
             return original(self, method)
-        listing = method == "GET" and path.split("?")[0].endswith("/o")
-        what = "objects.list" if listing else "objects.get" if method == "GET" else "objects.create"
         message = (
-            f"ingest-test@example.com does not have storage.{what} access to the Google Cloud Storage bucket. "
+            f"ingest-test@example.com does not have storage.{what} access to the Google Cloud Storage "
+            f"{'bucket' if what == 'objects.list' else 'object'}. "
             f"Permission 'storage.{what}' denied on resource (or it may not exist)."
         )
         response = server.Response(self._request_handler)
