@@ -64,8 +64,10 @@ def list_folder(root: str) -> ImageCorpus:
     """`root/<label>/<file>`: every image file one level below root; the folder is the label.
 
     A link that cannot be followed (dangling, or a loop) where a label folder or an image
-    file would be, a folder that cannot be listed and a special file with an image name
-    become entries that are quarantined as `unreadable`, never silently left out.
+    file would be, and a special file with an image name become entries that are
+    quarantined as `unreadable`, never silently left out. A folder that cannot be listed
+    or a file the job may not read stops the job instead: a folder's images cannot be
+    counted against --max_bad_fraction, and access is the environment's to fix, not the record's.
     """
     root = root.rstrip("/")
     found = _local_tree(root) if FileSystems.get_scheme(root) is None else _remote_tree(root)
@@ -74,7 +76,7 @@ def list_folder(root: str) -> ImageCorpus:
     for path, size, problem in sorted(found):
         rel = path[len(prefix) :] if path.startswith(prefix) else path
         parts = rel.split("/")
-        if problem is not None and len(parts) == 1:  # a label folder that cannot be entered
+        if problem is not None and len(parts) == 1:  # a label folder's link that cannot be followed
             entries.append(ImageEntry(path=path, name=rel, label=None, problem=("unreadable", problem)))
             sizes.append(0)
             continue
@@ -118,6 +120,8 @@ def _local_tree(root: str) -> list:
     """
     try:
         top = list(os.scandir(root))
+    except PermissionError as e:
+        raise storage_error("list", "--input", root, e, ImageInputError) from e
     except OSError as e:
         raise ImageInputError(f"cannot list --input {root}: {e.strerror}") from e
     out = []
@@ -128,9 +132,12 @@ def _local_tree(root: str) -> list:
             continue
         try:
             children = list(os.scandir(label.path))
+        except PermissionError as e:  # how many images it holds is unknown: no quarantine can stand for them
+            raise storage_error("list", "--input", label.path, e, ImageInputError) from e
         except OSError as e:
-            out.append((label.path, None, f"cannot list label folder {label.path}: {e.strerror}"))
-            continue
+            raise ImageInputError(
+                f"cannot list label folder {label.path}: {e.strerror}; repair it or move it out of --input"
+            ) from e
         for child in children:
             mode, problem = _follow(child.path)
             if problem is None and stat.S_ISREG(mode):
@@ -146,6 +153,8 @@ def _follow(path: str) -> tuple:
     """(st_mode after following links, None), or (0, why the path cannot be followed)."""
     try:
         return os.stat(path).st_mode, None
+    except PermissionError as e:  # not the image's fault: granting access makes it readable
+        raise storage_error("read", "--input", path, e, ImageInputError) from e
     except OSError as e:
         if not os.path.islink(path):
             return 0, f"cannot read {path}: {e.strerror}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -14,6 +15,7 @@ import tensorflow as tf
 from PIL import Image
 
 import ingest
+from beam_jobs import convert
 from beam_jobs.convert import ConversionError
 from tests.conftest import quarantine_lines, read_examples, run_convert, write_text
 
@@ -476,6 +478,43 @@ def test_symlink_loops_and_dangling_links_go_to_quarantine_as_unreadable(tmp):
     assert info.quarantine["records"] == 5 and info.quarantine["reasons"] == {"unreadable": 5}
     assert info.source["rows"] == 5 + 5 and info.source["files"] == 10
     assert info.labels == ("bird", "cat")
+
+
+@pytest.mark.parametrize("denied", ["label folder", "image's entry", "image's bytes", "label folder (I/O error)"])
+def test_a_folder_or_image_the_job_may_not_read_stops_it_naming_the_path(tmp, monkeypatch, capsys, denied):
+    # Quarantining a folder that cannot be listed would count its unknown number of images
+    # as one bad row, and a refused image is not damaged. Root reads everything, so the
+    # refusal is raised where the OS would raise it.
+    for rel in ("cat/0.jpg", "cat/1.jpg", "dog/0.jpg", "dog/1.jpg"):
+        _save(_rgb(), tmp / "in" / rel, "JPEG")
+    target, module, function = {
+        "label folder": (tmp / "in" / "dog", os, "scandir"),
+        "image's entry": (tmp / "in" / "dog" / "1.jpg", os, "stat"),
+        "image's bytes": (tmp / "in" / "dog" / "1.jpg", io, "open"),  # Beam's local filesystem opens with io.open
+        "label folder (I/O error)": (tmp / "in" / "dog", os, "scandir"),
+    }[denied]
+    real = getattr(module, function)
+
+    def refuse(path=".", *args, **kwargs):
+        if isinstance(path, (str, os.PathLike)) and os.fspath(path) == str(target):
+            if denied.endswith("(I/O error)"):
+                raise OSError(errno.EIO, "Input/output error", str(target))
+            raise PermissionError(errno.EACCES, "Permission denied", str(target))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(module, function, refuse)
+    code = convert.main(
+        ["--source", "images", "--input", str(tmp / "in"), "--output", str(tmp / "ds"), "--max_bad_fraction", "0.5"]
+    )
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert code == 1
+    assert errors == [
+        f"error: cannot list label folder {target}: Input/output error; repair it or move it out of --input"
+        if denied.endswith("(I/O error)")
+        else f"error: permission denied on --input {target}: [Errno 13] Permission denied: '{target}'; "
+        "give the user the job runs as access to it, or choose another path"
+    ]
+    assert not (tmp / "ds" / "dataset_info.json").exists() and not list((tmp / "ds").rglob("quarantine/*"))
 
 
 def test_manifest_extra_values_that_do_not_fit_quarantine_their_image(tmp):
