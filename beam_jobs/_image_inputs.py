@@ -150,10 +150,11 @@ def _local_tree(root: str) -> list:
 
 
 def _follow(path: str) -> tuple:
-    """(st_mode after following links, None), or (0, why the path cannot be followed)."""
+    """(st_mode after following links, None), or (0, why the path cannot be followed);
+    a refused permission raises, since granting access, not quarantine, is the fix."""
     try:
         return os.stat(path).st_mode, None
-    except PermissionError as e:  # not the image's fault: granting access makes it readable
+    except PermissionError as e:
         raise storage_error("read", "--input", path, e, ImageInputError) from e
     except OSError as e:
         if not os.path.islink(path):

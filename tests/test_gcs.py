@@ -159,29 +159,28 @@ def test_a_conversion_gcs_refuses_prints_one_line_naming_the_path_and_the_role(
     assert not (tmp_path / "out").exists()  # refused before anything was written
 
 
-def _list_only_inputs(gcs) -> dict:
-    """One input per source in a bucket whose objects can be listed but not read."""
+@pytest.fixture(scope="module")
+def list_only_inputs(gcs) -> dict:
+    """source: (--input, the object refused), in a bucket whose objects can be listed but not read."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from PIL import Image
 
     client = gcs.client()
-    if client.lookup_bucket(LIST_ONLY_BUCKET) is None:
-        client.create_bucket(LIST_ONLY_BUCKET)
-        bucket = client.bucket(LIST_ONLY_BUCKET)
-        bucket.blob("raw/a.csv").upload_from_string("id,label\n1,0\n2,1\n")
-        parquet = io.BytesIO()
-        pq.write_table(pa.table({"id": [1, 2], "label": [0, 1]}), parquet)
-        bucket.blob("raw/a.parquet").upload_from_string(parquet.getvalue())
-        png = io.BytesIO()
-        Image.new("RGB", (8, 8)).save(png, "PNG")
-        bucket.blob("img/0.png").upload_from_string(png.getvalue())
-        # Readable images beside the refused one, and a bad-record allowance it would fit in.
-        for i in (1, 2, 3):
-            client.bucket("bkt").blob(f"mixed/{i}.png").upload_from_string(png.getvalue())
-        client.bucket("bkt").blob("mixed/manifest.csv").upload_from_string(
-            f"path,label\n1.png,a\n2.png,b\n3.png,a\ngs://{LIST_ONLY_BUCKET}/img/0.png,b\n"
-        )
+    bucket = client.create_bucket(LIST_ONLY_BUCKET)
+    bucket.blob("raw/a.csv").upload_from_string("id,label\n1,0\n2,1\n")
+    parquet = io.BytesIO()
+    pq.write_table(pa.table({"id": [1, 2], "label": [0, 1]}), parquet)
+    bucket.blob("raw/a.parquet").upload_from_string(parquet.getvalue())
+    png = io.BytesIO()
+    Image.new("RGB", (8, 8)).save(png, "PNG")
+    bucket.blob("img/0.png").upload_from_string(png.getvalue())
+    # Readable images beside the refused one, and a bad-record allowance it would fit in.
+    for i in (1, 2, 3):
+        client.bucket("bkt").blob(f"mixed/{i}.png").upload_from_string(png.getvalue())
+    client.bucket("bkt").blob("mixed/manifest.csv").upload_from_string(
+        f"path,label\n1.png,a\n2.png,b\n3.png,a\ngs://{LIST_ONLY_BUCKET}/img/0.png,b\n"
+    )
     return {
         "csv": (f"gs://{LIST_ONLY_BUCKET}/raw/*.csv", f"gs://{LIST_ONLY_BUCKET}/raw/a.csv"),
         "parquet": (f"gs://{LIST_ONLY_BUCKET}/raw/*.parquet", f"gs://{LIST_ONLY_BUCKET}/raw/a.parquet"),
@@ -190,10 +189,12 @@ def _list_only_inputs(gcs) -> dict:
 
 
 @pytest.mark.parametrize("source", ["csv", "parquet", "images"])
-def test_an_input_object_gcs_refuses_to_read_fails_the_job_naming_it_and_the_role(gcs, tmp_path, capsys, source):
+def test_an_input_object_gcs_refuses_to_read_fails_the_job_naming_it_and_the_role(
+    list_only_inputs, tmp_path, capsys, source
+):
     # Listing is allowed, reading is not (storage.objects.list without storage.objects.get):
     # the job fails on the object, and an image is not quarantined as if it were damaged.
-    pattern, refused = _list_only_inputs(gcs)[source]
+    pattern, refused = list_only_inputs[source]
     out = tmp_path / "out"
     code = convert.main(
         ["--source", source, "--input", pattern, "--output", str(out), "--label", "label", "--max_bad_fraction", "0.5"]
