@@ -15,8 +15,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from beam_jobs import _plan, _sources
-from beam_jobs._tfrecord import frames_data, key_ranges
+from beam_jobs.encode.tfrecord import frames_data, key_ranges
+from beam_jobs.output import shard_plan
+from beam_jobs.sources import readers
 
 __all__ = ["Typed", "typed", "Routing", "splits_of", "route", "routed"]
 
@@ -28,7 +29,7 @@ class Typed:
     bad: list  # BadRow, every row set aside while reading or typing
 
 
-def typed(source, path: str, chunk: _sources.Chunk, types: dict, label: str | None) -> Typed:
+def typed(source, path: str, chunk: readers.Chunk, types: dict, label: str | None) -> Typed:
     """Types a chunk with its source's rules; quarantines bad cells and missing labels."""
     cols, bad, bad_mask = source.type_chunk(path, chunk, types)
     rows = chunk.rows
@@ -37,7 +38,7 @@ def typed(source, path: str, chunk: _sources.Chunk, types: dict, label: str | No
         missing = ~np.asarray(labels.is_valid().to_numpy(zero_copy_only=False), bool)
         for i in np.flatnonzero(missing & ~bad_mask):
             bad.append(
-                _sources.BadRow(
+                readers.BadRow(
                     path,
                     int(rows[i]),
                     f"label column {label!r} is missing",
@@ -65,7 +66,7 @@ class Routing:
 
 def splits_of(hashes: np.ndarray, routing: Routing) -> np.ndarray:
     """Each record's split index, decided by its hash."""
-    return _plan.assign_splits(hashes, dict(routing.splits))
+    return shard_plan.assign_splits(hashes, dict(routing.splits))
 
 
 def route(split_of: np.ndarray, routing: Routing, where: tuple, first_record: dict):
@@ -73,13 +74,13 @@ def route(split_of: np.ndarray, routing: Routing, where: tuple, first_record: di
 
     `split_of` is each record's split (`splits_of`); `where` is the chunk's (file index, part,
     chunk index) and `first_record[split]` how many records of that split the file part
-    held before it: together they place records in shards (`_plan.assign_shards`).
+    held before it: together they place records in shards (`shard_plan.assign_shards`).
     """
     file_index, part, chunk_index = where
     for s in np.unique(split_of):
         s = int(s)
         ids = np.flatnonzero(split_of == s)
-        shard_of = _plan.assign_shards(
+        shard_of = shard_plan.assign_shards(
             len(ids),
             routing.num_shards[s],
             shuffle=routing.shuffle,

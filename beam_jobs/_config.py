@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from beam_jobs import _plan
 from beam_jobs._errors import ConversionError
 from beam_jobs._job_options import JobOptions
-from beam_jobs.adapters import Source
+from beam_jobs.output import shard_plan
+from beam_jobs.sources import Source
 from ingest import contract
 
 __all__ = ["JobConfig", "Decided", "layout_for"]
@@ -31,7 +31,7 @@ class JobConfig:
     splits: tuple = (("train", 1.0),)
     split_key: str | None = None
     num_shards: tuple | None = (1,)  # per split; None: planned from the first pass
-    target_shard_mb: float = _plan.DEFAULT_TARGET_SHARD_MB
+    target_shard_mb: float = shard_plan.DEFAULT_TARGET_SHARD_MB
     shuffle: bool = True
     seed: int = 0
     compression: str = "none"
@@ -86,7 +86,9 @@ class JobConfig:
     def shard_counts(self, type_counts) -> tuple:
         """Shards per split: as given, or planned from the output's expected size."""
         return self.num_shards or tuple(
-            _plan.plan_num_shards(int(self.source.planned_bytes(type_counts) * f), target_shard_mb=self.target_shard_mb)
+            shard_plan.plan_num_shards(
+                int(self.source.planned_bytes(type_counts) * f), target_shard_mb=self.target_shard_mb
+            )
             for _, f in self.splits
         )
 

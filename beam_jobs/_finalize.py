@@ -2,7 +2,7 @@
 
 Order matters: until the new metadata lands the directory holds the old dataset (or
 none) whole, so a job that dies anywhere before it leaves nothing that looks complete
-or newer than it is; `_output` says how a rerun finishes or undoes a dead job's commit.
+or newer than it is; `output_dir` says how a rerun finishes or undoes a dead job's commit.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import logging
 
 from apache_beam.io.filesystems import FileSystems
 
-from beam_jobs import _output
 from beam_jobs._config import Decided, JobConfig
 from beam_jobs._errors import ConversionError
-from beam_jobs._stats import ConversionStats
+from beam_jobs.output import directory as output_dir
+from beam_jobs.stats.conversion import ConversionStats
 from ingest import contract
 from ingest.statistics import Statistics
 
@@ -77,29 +77,29 @@ def finalize_dataset(
     exists was done already, and the metadata is swapped only after every shard is in place.
     """
     metadata_path = _join(cfg.output, contract.METADATA_FILENAME)
-    if not FileSystems.exists(_join(cfg.tmp_dir, _output.JOB_FILE)):
+    if not FileSystems.exists(_join(cfg.tmp_dir, output_dir.JOB_FILE)):
         if FileSystems.exists(metadata_path):
-            done = _output.read_text(metadata_path)
+            done = output_dir.read_text(metadata_path)
             if contract.DatasetInfo.from_json(done).source.get("job") == cfg.job_id:
                 return done  # a retry after this job's commit had finished
         raise ConversionError(
             f"this job's temp dir {cfg.tmp_dir}/ was removed while it ran; no dataset was written. "
             "Rerun the conversion, and let no other process clean the output directory meanwhile"
         )
-    plan_path = _join(cfg.tmp_dir, _output.COMMIT_FILE)
+    plan_path = _join(cfg.tmp_dir, output_dir.COMMIT_FILE)
     if FileSystems.exists(plan_path):
-        plan = json.loads(_output.read_text(plan_path))
+        plan = json.loads(output_dir.read_text(plan_path))
     else:
         plan = _commit_plan(cfg, shards, stats, quarantine, type_counts)
-        _output.write_text(plan_path, json.dumps(plan))
+        output_dir.write_text(plan_path, json.dumps(plan))
     _move_into_place(cfg, plan["moves"])
-    if not (FileSystems.exists(metadata_path) and _output.read_text(metadata_path) == plan["metadata"]):
-        _output.write_text(_join(cfg.tmp_dir, contract.METADATA_FILENAME), plan["metadata"])
+    if not (FileSystems.exists(metadata_path) and output_dir.read_text(metadata_path) == plan["metadata"]):
+        output_dir.write_text(_join(cfg.tmp_dir, contract.METADATA_FILENAME), plan["metadata"])
         FileSystems.rename([_join(cfg.tmp_dir, contract.METADATA_FILENAME)], [metadata_path])
     # The new dataset is complete: only now do the old one's files go.
     new_files = {rel for _, rel in plan["moves"]}
-    _output.delete_existing([_join(cfg.output, rel) for rel in plan["old_files"] if rel not in new_files])
-    _output.remove_temp_dir(cfg.tmp_dir)
+    output_dir.delete_existing([_join(cfg.output, rel) for rel in plan["old_files"] if rel not in new_files])
+    output_dir.remove_temp_dir(cfg.tmp_dir)
     for name in plan["empty_splits"]:
         logger.warning("split %r received no records; it is recorded in %s with none", name, metadata_path)
     logger.info("wrote %s", metadata_path)
@@ -113,7 +113,7 @@ def _commit_plan(cfg: JobConfig, shards: list, stats: ConversionStats, quarantin
     metadata_path = _join(cfg.output, contract.METADATA_FILENAME)
     old = set()
     if FileSystems.exists(metadata_path):
-        old = set(_output.dataset_files(contract.DatasetInfo.from_json(_output.read_text(metadata_path))))
+        old = set(output_dir.dataset_files(contract.DatasetInfo.from_json(output_dir.read_text(metadata_path))))
     # New files never take an old file's name, so the old dataset stays whole until the swap.
     tag = cfg.job_id[:8]
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 import uuid
 
-from beam_jobs import _output, _plan
 from beam_jobs._errors import ConversionError
+from beam_jobs.output import directory as output_dir
+from beam_jobs.output import shard_plan
 
 __all__ = ["JobOptions", "DEFAULT_BLOCK_ROWS"]
 
@@ -27,13 +28,13 @@ class JobOptions:
     splits: tuple = (("train", 1.0),)  # ((name, fraction), ...)
     split_key: str | None = None
     num_shards: int | None = None  # per split; None: planned from the input size
-    target_shard_mb: float = _plan.DEFAULT_TARGET_SHARD_MB
+    target_shard_mb: float = shard_plan.DEFAULT_TARGET_SHARD_MB
     compression: str = "none"
     max_bad_fraction: float = 0.001
     seed: int = 0
     shuffle: bool = True
     overwrite: bool = False
-    stale_job_hours: float = _output.DEFAULT_STALE_HOURS
+    stale_job_hours: float = output_dir.DEFAULT_STALE_HOURS
     layout: str | None = None  # "rows" | "blocks"; None: the source's default
     block_rows: int = DEFAULT_BLOCK_ROWS
     statistics: bool = True  # per-feature statistics in the metadata; ~5% of the conversion's time
@@ -55,8 +56,8 @@ class JobOptions:
             raise ConversionError(f"--compression must be none or gzip, got {self.compression!r}")
 
     def claim_output(self, *, running_here: bool = True) -> str:
-        """Claims --output for a new job (`_output.claim_output`); returns its temp dir."""
-        return _output.claim_output(
+        """Claims --output for a new job (`output_dir.claim_output`); returns its temp dir."""
+        return output_dir.claim_output(
             self.output,
             overwrite=self.overwrite,
             job_id=uuid.uuid4().hex[:12],
@@ -67,7 +68,7 @@ class JobOptions:
     @classmethod
     def from_args(cls, args) -> "JobOptions":
         try:
-            splits = tuple(_plan.parse_splits(args.splits).items())
+            splits = tuple(shard_plan.parse_splits(args.splits).items())
         except ValueError as e:
             raise ConversionError(str(e)) from e
         return cls(

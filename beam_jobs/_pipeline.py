@@ -1,5 +1,5 @@
 """The conversion pipeline as small named Beam transforms; what differs by input format
-is the job's source adapter (`beam_jobs.adapters`), what happens to one chunk is `_chunk`.
+is the job's source adapter (`beam_jobs.sources`), what happens to one chunk is `_chunk`.
 
     work items            (index, path, None), or (index, (ImageEntry, ...), None)
       -> [SplitCsv]       (index, path, CsvRange | None): large CSV files as byte ranges
@@ -11,7 +11,7 @@ is the job's source adapter (`beam_jobs.adapters`), what happens to one chunk is
                           ConversionStats (with the statistics, rows layout)
       -> GroupFragments   ((split, shard), [Fragment])      small descriptors only
       -> CommitShards     {"split", "shard", "path", "records", "bytes"}: one TFRecord
-                          per (split, shard), shuffled within the shard (`_commit`;
+                          per (split, shard), shuffled within the shard (`commit_rows`;
                           blocks layout: rows shuffled, then cut into blocks, `_commit_blocks`,
                           and the shard's statistics gathered from them)
       -> Finalize         checks, moves shards into place, writes the metadata last
@@ -36,14 +36,17 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_jobs import _chunk, _commit, _feature_stats, _fragments
+from beam_jobs import _chunk
 from beam_jobs._background import BackgroundWriter, OneAhead, prefetched
-from beam_jobs._commit_blocks import run_bytes, write_block_shard
 from beam_jobs._config import JobConfig
-from beam_jobs._example_encoder import encode_batch
 from beam_jobs._finalize import finalize_dataset
-from beam_jobs._stats import ConversionStats
-from beam_jobs._tfrecord import frames_array
+from beam_jobs.encode.examples import encode_batch
+from beam_jobs.encode.tfrecord import frames_array
+from beam_jobs.output import commit_rows
+from beam_jobs.output import fragments as fragment_files
+from beam_jobs.output.commit_blocks import run_bytes, write_block_shard
+from beam_jobs.stats import features as feature_stats
+from beam_jobs.stats.conversion import ConversionStats
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +86,7 @@ class _ConvertFiles(beam.DoFn):
 
     def start_bundle(self):
         self._bundle = uuid.uuid4().hex[:12]
-        self._fragments = _fragments.FragmentWriter(self._cfg.tmp_dir, self._bundle)
+        self._fragments = fragment_files.FragmentWriter(self._cfg.tmp_dir, self._bundle)
         self._stats = ConversionStats()
         self._statistics = OneAhead("ingest-statistics")
         self._quarantine = None
@@ -151,7 +154,7 @@ class _ConvertFiles(beam.DoFn):
             self._stats.add_records(cfg.splits[split][0], n)
         self._records.inc(good)
         if cfg.statistics and not _statistics_in_commit(cfg):
-            keys = _feature_stats.chunk_keys(good, [cfg.seed, file_index, part, chunk_index])
+            keys = feature_stats.chunk_keys(good, [cfg.seed, file_index, part, chunk_index])
             # In a helper, while this thread goes on to the next chunk: numpy and Arrow do
             # the work without the GIL, on a core the reader leaves mostly idle. One chunk
             # at a time, so the statistics hold at most one chunk.
@@ -204,9 +207,9 @@ def _statistics_in_commit(cfg: JobConfig) -> bool:
 
 
 def _kinds(decided) -> dict:
-    """Each column's kind of statistics (`_feature_stats.kind_of`)."""
+    """Each column's kind of statistics (`feature_stats.kind_of`)."""
     return {
-        name: _feature_stats.kind_of(dtype, name not in decided.binary) for name, (dtype, _) in decided.types.items()
+        name: feature_stats.kind_of(dtype, name not in decided.binary) for name, (dtype, _) in decided.types.items()
     }
 
 
@@ -223,7 +226,7 @@ class _CommitShard(beam.DoFn):
 
     STATS = "stats"
 
-    def __init__(self, cfg: JobConfig, budget: _commit.Budget = _commit.Budget()):
+    def __init__(self, cfg: JobConfig, budget: commit_rows.Budget = commit_rows.Budget()):
         self._cfg, self._budget = cfg, budget
 
     def process(self, element, type_counts=None):
@@ -245,7 +248,7 @@ class _CommitShard(beam.DoFn):
                 if stats is not None:
                     yield beam.pvalue.TaggedOutput(self.STATS, stats.pack())
             else:
-                frames = _commit.write_shard(fragments, out, rng=rng, budget=self._budget)
+                frames = commit_rows.write_shard(fragments, out, rng=rng, budget=self._budget)
         size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
         rows = sum(f.rows for f in fragments)
         blocks = frames if cfg.layout == "blocks" else None
@@ -258,7 +261,7 @@ class _CommitShard(beam.DoFn):
         kinds = _kinds(cfg.decide(type_counts))
 
         def gather(cols, n: int, index: int) -> None:
-            keys = _feature_stats.chunk_keys(n, [cfg.seed, split, shard, index])
+            keys = feature_stats.chunk_keys(n, [cfg.seed, split, shard, index])
             helper.submit(stats.add_statistics, cols, kinds, np.full(n, split), cfg.split_names, keys)
 
         return gather

@@ -20,13 +20,15 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, TypeOptions
 
-from beam_jobs import _in_process, _output, _plan
+from beam_jobs import _in_process
 from beam_jobs._config import JobConfig, layout_for
 from beam_jobs._errors import ConversionError
 from beam_jobs._job_options import DEFAULT_BLOCK_ROWS, JobOptions
 from beam_jobs._pipeline import ConvertToTFRecords
-from beam_jobs.adapters import ADAPTER_FOR_FORMAT
-from beam_jobs.adapters._base import flag
+from beam_jobs.output import directory as output_dir
+from beam_jobs.output import shard_plan
+from beam_jobs.sources import ADAPTER_FOR_FORMAT
+from beam_jobs.sources.base import flag
 from ingest import contract
 
 __all__ = ["main", "run", "build_parser", "ConversionError"]
@@ -56,7 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     flag(p, "split_key", help="column whose value decides the split (default: the record content)")
     flag(p, "num_shards", type=int, help="shards per split (default: planned from the input size)")
     flag(
-        p, "target_shard_mb", type=float, default=_plan.DEFAULT_TARGET_SHARD_MB, help="target shard size when planning"
+        p,
+        "target_shard_mb",
+        type=float,
+        default=shard_plan.DEFAULT_TARGET_SHARD_MB,
+        help="target shard size when planning",
     )
     flag(p, "compression", default="none", choices=["none", "gzip"])
     flag(p, "max_bad_fraction", type=float, default=0.001, help="fail when more rows than this are quarantined")
@@ -81,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         p,
         "stale_job_hours",
         type=float,
-        default=_output.DEFAULT_STALE_HOURS,
+        default=output_dir.DEFAULT_STALE_HOURS,
         help="a temp dir of a job started on another machine counts as abandoned after this many hours",
     )
     flag(
@@ -192,7 +198,7 @@ def run(argv=None) -> contract.DatasetInfo | None:
         # A job that stopped without committing (failed, or a dry run) gives up its claim
         # on the directory; the temp dir (with the quarantine that explains a failure)
         # is kept until the next run cleans it up.
-        _output.release(cfg.tmp_dir)
+        output_dir.release(cfg.tmp_dir)
     elapsed = time.perf_counter() - start
     metadata = FileSystems.join(cfg.output, contract.METADATA_FILENAME)
     if not FileSystems.exists(metadata):

@@ -5,7 +5,7 @@
 `rows` is a PCollection of dicts (what `ReadFromBigQuery` yields, or any ParDo), of
 `beam.Row`s, or of `pyarrow.RecordBatch`es. The dataset is the one
 `python -m beam_jobs.convert` writes: shards, `dataset_info.json` written last, a
-quarantine for rows whose values do not fit the column types (`beam_jobs.adapters.rows`
+quarantine for rows whose values do not fit the column types (`beam_jobs.sources.rows`
 says how types are decided), and the same rules for the output directory.
 """
 
@@ -19,11 +19,12 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_jobs import _output, _plan
 from beam_jobs._config import JobConfig
 from beam_jobs._job_options import DEFAULT_BLOCK_ROWS, JobOptions
 from beam_jobs._pipeline import ConvertToTFRecords
-from beam_jobs.adapters.rows import RowsSource
+from beam_jobs.output import directory as output_dir
+from beam_jobs.output import shard_plan
+from beam_jobs.sources.rows import RowsSource
 
 __all__ = ["WriteDataset"]
 
@@ -96,13 +97,13 @@ class WriteDataset(beam.PTransform):
         splits=None,
         split_key: str | None = None,
         num_shards: int | None = None,
-        target_shard_mb: float = _plan.DEFAULT_TARGET_SHARD_MB,
+        target_shard_mb: float = shard_plan.DEFAULT_TARGET_SHARD_MB,
         shuffle: bool = True,
         seed: int = 0,
         compression: str = "none",
         max_bad_fraction: float = 0.001,
         overwrite: bool = False,
-        stale_job_hours: float = _output.DEFAULT_STALE_HOURS,
+        stale_job_hours: float = output_dir.DEFAULT_STALE_HOURS,
         layout: str | None = None,
         block_rows: int = DEFAULT_BLOCK_ROWS,
         statistics: bool = True,
@@ -116,7 +117,7 @@ class WriteDataset(beam.PTransform):
             source="rows",
             input="<PCollection>",
             output=str(output).rstrip("/"),
-            splits=tuple(_plan.parse_splits(splits).items()),
+            splits=tuple(shard_plan.parse_splits(splits).items()),
             split_key=split_key,
             num_shards=num_shards,
             target_shard_mb=target_shard_mb,

@@ -85,7 +85,7 @@ def sketch_comparison(parquet_path: str, runs: int) -> list:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from beam_jobs import _feature_stats
+    from beam_jobs.stats import features as feature_stats
 
     table = pq.read_table(parquet_path, columns=corpus.FLOAT_COLS + corpus.INT_COLS)
     columns = [table.column(c).combine_chunks() for c in table.column_names]
@@ -106,14 +106,14 @@ def sketch_comparison(parquet_path: str, runs: int) -> list:
         start = time.perf_counter()
         accs = []
         for col in columns:
-            acc = _feature_stats.FeatureStats("float32" if pa.types.is_floating(col.type) else "int64", "number", False)
+            acc = feature_stats.FeatureStats("float32" if pa.types.is_floating(col.type) else "int64", "number", False)
             acc.counts = None  # quantiles only, as for KLL
             for i, at in enumerate(range(0, len(col), _CHUNK)):
                 piece = col.slice(at, _CHUNK)
-                acc.add(piece, _feature_stats.chunk_keys(len(piece), [0, i]))
+                acc.add(piece, feature_stats.chunk_keys(len(piece), [0, i]))
             accs.append(acc)
         results["sample"].append(time.perf_counter() - start)
-    ranks = np.linspace(0, 1, _feature_stats.QUANTILES)
+    ranks = np.linspace(0, 1, feature_stats.QUANTILES)
     for col, sketch, acc in zip(columns, sketches, accs):
         values = np.sort(col.to_numpy())
         errors["kll"] = max(errors["kll"], _rank_error(sketch.get_quantiles(ranks), values))

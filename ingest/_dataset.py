@@ -23,12 +23,15 @@ import logging
 
 import tensorflow as tf
 
-from ingest import _block_index, _elastic, _epoch_order, _parse, _read, _request, _service, _tuning
-from ingest._block_batches import block_batches
-from ingest._column_cache import cached_column_batches, columns_bytes
+from ingest import _parse, _read, _request, _service, _tuning
 from ingest._options import ImageOptions, ReadOptions
 from ingest._request import Request
 from ingest._system import physical_memory
+from ingest.blocks import canonical
+from ingest.blocks import index as block_index
+from ingest.blocks import seekable as seekable_order
+from ingest.blocks.column_cache import cached_column_batches, columns_bytes
+from ingest.blocks.streaming import block_batches
 
 __all__ = ["make_dataset", "read_records"]
 
@@ -207,7 +210,7 @@ def make_dataset(
             req.num_pipelines,
         )
     target = _cache_target(req, plan)
-    seeks = target is None and _epoch_order.seekable(req)
+    seeks = target is None and seekable_order.seekable(req)
     for asked, what in (
         (req.start_batch, "start_batch"),
         (req.options.canonical_pipelines, "ReadOptions.canonical_pipelines"),
@@ -218,12 +221,12 @@ def make_dataset(
                 "skip_corrupt or service, and ReadOptions(seekable_order=True) (the default)"
             )
     if seeks:
-        index = _block_index.index_split(req.path, req.split, req.info.block_rows)
+        index = block_index.index_split(req.path, req.split, req.info.block_rows)
         if req.options.canonical_pipelines is not None:
-            ds, rows = _elastic.canonical_batches(req, index)
+            ds, rows = canonical.canonical_batches(req, index)
             return _finished(ds, req, rows, symbolic_checkpoint=True)
-        index = _block_index.pipeline_blocks(index, num_pipelines=req.num_pipelines, pipeline_id=req.pipeline_id)
-        ds = _epoch_order.seekable_block_batches(req, index)
+        index = block_index.pipeline_blocks(index, num_pipelines=req.num_pipelines, pipeline_id=req.pipeline_id)
+        ds = seekable_order.seekable_block_batches(req, index)
         return _finished(ds, req, int(index.rows.sum()), symbolic_checkpoint=True)
     ds = _read.records(req, plan)
     if req.checks_counts:

@@ -1,6 +1,6 @@
 """Pure sizing decisions for the runtime input pipeline (`make_dataset`): no TensorFlow, no I/O.
 
-(`beam_jobs._plan` plans the conversion; this module tunes the reading.)
+(`beam_jobs.output.shard_plan` plans the conversion; this module tunes the reading.)
 """
 
 from __future__ import annotations

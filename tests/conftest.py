@@ -117,7 +117,7 @@ def write_fragments(tmp, encode, *, n: int, fragments: int = 4, runs: int = 5, s
     writes them: each run one chunk's share, in random order (or in order, without
     `shuffled_runs`). `encode(fragment, run, values)` gives the run's (data, frame
     lengths, rows); returns the fragments' descriptors."""
-    from beam_jobs._fragments import FragmentWriter
+    from beam_jobs.output.fragments import FragmentWriter
 
     rng = np.random.default_rng(0)
     per_run = n // (fragments * runs)

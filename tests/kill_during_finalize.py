@@ -18,7 +18,8 @@ import sys
 
 from apache_beam.io.filesystems import FileSystems
 
-from beam_jobs import _output, convert
+from beam_jobs import convert
+from beam_jobs.output import directory as output_dir
 from ingest import contract
 
 KILLED = 9
@@ -30,14 +31,14 @@ def _die() -> None:
 
 
 def _arm(point: str) -> None:
-    write_text, rename = _output.write_text, FileSystems.rename
-    delete_existing, delete_tree = _output.delete_existing, _output.delete_tree
+    write_text, rename = output_dir.write_text, FileSystems.rename
+    delete_existing, delete_tree = output_dir.delete_existing, output_dir.delete_tree
 
     def writing(path, text):
         if point == "before_swap" and path.endswith("/" + contract.METADATA_FILENAME):
             _die()
         write_text(path, text)
-        if point == "after_plan" and path.endswith("/" + _output.COMMIT_FILE):
+        if point == "after_plan" and path.endswith("/" + output_dir.COMMIT_FILE):
             _die()
 
     def renaming(sources, destinations):
@@ -56,10 +57,10 @@ def _arm(point: str) -> None:
             _die()
         delete_tree(path)
 
-    _output.write_text = writing
+    output_dir.write_text = writing
     FileSystems.rename = staticmethod(renaming)
-    _output.delete_existing = deleting_old
-    _output.delete_tree = deleting_tree
+    output_dir.delete_existing = deleting_old
+    output_dir.delete_tree = deleting_tree
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from beam_jobs._block_encoder import ROWS_FEATURE, encode_blocks
-from beam_jobs._tfrecord import iter_frames
+from beam_jobs.encode.blocks import ROWS_FEATURE, encode_blocks
+from beam_jobs.encode.tfrecord import iter_frames
 
 _KIND = {"int64": "int64_list", "float32": "float_list", "bytes": "bytes_list"}
 _DEFAULT = {"int64": 0, "float32": 0.0, "bytes": b""}
@@ -142,7 +142,7 @@ def test_given_defaults_fill_missing_scalars():
 
 
 def test_blocks_are_a_quarter_of_the_row_layouts_bytes_on_a_wide_table():
-    from beam_jobs._example_encoder import encode_batch
+    from beam_jobs.encode.examples import encode_batch
 
     rng = np.random.default_rng(0)
     n = 4096
@@ -170,7 +170,7 @@ def test_bad_block_size_is_refused():
 
 def test_the_runtime_parser_reads_what_the_encoder_writes():
     from ingest import contract
-    from ingest._blocks import parse_blocks
+    from ingest.blocks.parse import parse_blocks
 
     n = 37
     cols = [

@@ -8,7 +8,7 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest._blocks import parse_blocks, permute_rows
+from ingest.blocks.parse import parse_blocks, permute_rows
 from ingest.contract import FeatureSpec
 
 _KIND = {"int64": "int64_list", "float32": "float_list", "bytes": "bytes_list"}

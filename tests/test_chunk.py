@@ -11,14 +11,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from beam_jobs import _chunk, _sources
-from beam_jobs._stats import ConversionStats
-from beam_jobs._tfrecord import frames_array, offsets_of
-from beam_jobs.adapters import ADAPTER_FOR_FORMAT, Source
-from beam_jobs.adapters._base import match_files, select_columns
-from beam_jobs.adapters.csv import CsvSource
-from beam_jobs.adapters.parquet import ParquetSource, type_arrow_chunk
+from beam_jobs import _chunk
 from beam_jobs.convert import ConversionError
+from beam_jobs.encode.tfrecord import frames_array, offsets_of
+from beam_jobs.sources import ADAPTER_FOR_FORMAT, Source, readers
+from beam_jobs.sources.base import match_files, select_columns
+from beam_jobs.sources.csv import CsvSource
+from beam_jobs.sources.parquet import ParquetSource, type_arrow_chunk
+from beam_jobs.stats.conversion import ConversionStats
 from tests.conftest import read_examples, run_convert, write_text
 
 
@@ -34,11 +34,11 @@ def _csv_source(*columns) -> CsvSource:
     )
 
 
-def _text_chunk(**columns) -> _sources.Chunk:
+def _text_chunk(**columns) -> readers.Chunk:
     batch = pa.RecordBatch.from_pydict(
         {k: pa.array([None if v is None else v.encode() for v in vs], pa.binary()) for k, vs in columns.items()}
     )
-    return _sources.Chunk(batch, np.arange(2, 2 + batch.num_rows), [])
+    return readers.Chunk(batch, np.arange(2, 2 + batch.num_rows), [])
 
 
 def test_typed_quarantines_bad_cells_and_missing_labels_and_keeps_the_rest():
@@ -55,7 +55,7 @@ def test_arrow_typing_quarantines_values_the_stored_type_cannot_hold():
     source = ParquetSource(
         input_pattern="in.parquet", columns=("u",), input_bytes=0, input_count=1, schema_origin="parquet"
     )
-    chunk = _sources.Chunk(
+    chunk = readers.Chunk(
         pa.RecordBatch.from_pydict({"u": pa.array([1, 2**64 - 1], pa.uint64())}), np.array([0, 1]), []
     )
     cols, bad, mask = type_arrow_chunk(source, "in.parquet", chunk, {"u": ("int64", ())})
@@ -143,7 +143,7 @@ class _JsonLinesSource(Source):
         import pyarrow.json as pj
 
         table = pj.read_json(item[1])
-        return item[1], iter([_sources.Chunk(b, np.arange(1, 1 + b.num_rows), []) for b in table.to_batches()])
+        return item[1], iter([readers.Chunk(b, np.arange(1, 1 + b.num_rows), []) for b in table.to_batches()])
 
     def type_chunk(self, path, chunk, types):
         return type_arrow_chunk(self, path, chunk, types)

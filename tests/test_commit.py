@@ -7,14 +7,16 @@ import io
 import numpy as np
 import pytest
 
-from beam_jobs import _commit
-from beam_jobs._fragments import Fragment
-from beam_jobs._tfrecord import TFRecordError, frame_headers, iter_frames, offsets_of, seal_frames
+from beam_jobs.encode.tfrecord import TFRecordError, frame_headers, iter_frames, offsets_of, seal_frames
+from beam_jobs.output import commit_rows
+from beam_jobs.output.fragments import Fragment
 from tests.conftest import write_fragments
 
 N = 5000
-SMALL = _commit.Budget(max_merged_runs=64, in_memory_bytes=1 << 20, bucket_bytes=4096, read_bytes=1000, write_bytes=500)
-SHUFFLES = [_commit.interleave_runs, _commit.permute_in_memory, _commit.bucket_on_disk]
+SMALL = commit_rows.Budget(
+    max_merged_runs=64, in_memory_bytes=1 << 20, bucket_bytes=4096, read_bytes=1000, write_bytes=500
+)
+SHUFFLES = [commit_rows.interleave_runs, commit_rows.permute_in_memory, commit_rows.bucket_on_disk]
 
 
 def _framed(records: list):
@@ -50,10 +52,10 @@ def test_the_strategy_follows_the_number_of_runs_and_the_bytes():
     def shard(runs, size):
         return [Fragment(0, 0, "f", records=runs, bytes=size, order=(0,), segments=(1,) * runs, rows=runs)]
 
-    budget = _commit.Budget(max_merged_runs=8, in_memory_bytes=1000)
-    assert _commit.choose_strategy(shard(8, 10**9), budget) is _commit.interleave_runs
-    assert _commit.choose_strategy(shard(9, 1000), budget) is _commit.permute_in_memory
-    assert _commit.choose_strategy(shard(9, 1001), budget) is _commit.bucket_on_disk
+    budget = commit_rows.Budget(max_merged_runs=8, in_memory_bytes=1000)
+    assert commit_rows.choose_strategy(shard(8, 10**9), budget) is commit_rows.interleave_runs
+    assert commit_rows.choose_strategy(shard(9, 1000), budget) is commit_rows.permute_in_memory
+    assert commit_rows.choose_strategy(shard(9, 1001), budget) is commit_rows.bucket_on_disk
 
 
 @pytest.mark.parametrize("strategy", SHUFFLES, ids=lambda s: s.__name__)
@@ -76,7 +78,7 @@ def test_every_shuffle_keeps_every_record_and_mixes_the_shard(tmp_path, strategy
 def test_without_shuffle_a_shard_keeps_source_order(tmp_path):
     fragments = _fragments(tmp_path, shuffled_runs=False)
     out = io.BytesIO()
-    assert _commit.write_shard(list(reversed(fragments)), out, rng=None) == N
+    assert commit_rows.write_shard(list(reversed(fragments)), out, rng=None) == N
     assert _values(out) == list(range(N))
 
 
@@ -87,7 +89,7 @@ def test_a_truncated_fragment_is_an_error_naming_it(tmp_path, strategy):
         f.truncate(fragments[1].bytes - 3)
     with pytest.raises(TFRecordError, match=rf"fragment {fragments[1].path} is truncated"):
         if strategy is None:
-            _commit.write_shard(fragments, io.BytesIO(), rng=None)
+            commit_rows.write_shard(fragments, io.BytesIO(), rng=None)
         else:
             strategy(fragments, io.BytesIO(), np.random.default_rng(0), SMALL)
 
@@ -96,4 +98,4 @@ def test_an_index_that_disagrees_with_its_fragment_is_an_error_naming_it(tmp_pat
     fragments = _fragments(tmp_path)
     bad = Fragment(**{**fragments[0].__dict__, "records": fragments[0].records + 1})
     with pytest.raises(TFRecordError, match=rf"fragment {bad.path}: index holds \d+ frames, expected {bad.records}"):
-        _commit.interleave_runs([bad, *fragments[1:]], io.BytesIO(), np.random.default_rng(0), SMALL)
+        commit_rows.interleave_runs([bad, *fragments[1:]], io.BytesIO(), np.random.default_rng(0), SMALL)

@@ -9,15 +9,15 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from beam_jobs import _commit
-from beam_jobs._commit_blocks import run_bytes, write_block_shard
-from beam_jobs._tfrecord import iter_frames
+from beam_jobs.encode.tfrecord import iter_frames
+from beam_jobs.output import commit_rows
+from beam_jobs.output.commit_blocks import run_bytes, write_block_shard
 from tests.conftest import write_fragments
 
 N = 5000
 K = 64
-IN_MEMORY = _commit.Budget(in_memory_bytes=64 << 20)
-BUCKETS = _commit.Budget(in_memory_bytes=1000, bucket_bytes=8192)
+IN_MEMORY = commit_rows.Budget(in_memory_bytes=64 << 20)
+BUCKETS = commit_rows.Budget(in_memory_bytes=1000, bucket_bytes=8192)
 
 
 def _fragments(tmp, *, fragments=4, runs=5, null_run=False, shuffled_runs=True) -> list:

@@ -13,8 +13,8 @@ import tensorflow as tf
 from apache_beam.testing.test_pipeline import TestPipeline
 
 from beam_jobs import WriteDataset
-from beam_jobs._tfrecord import iter_frames
 from beam_jobs.convert import ConversionError
+from beam_jobs.encode.tfrecord import iter_frames
 from tests.conftest import read_examples, run_convert, write_text
 
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from beam_jobs import _sources
+from beam_jobs.sources import readers
 from tests.conftest import quarantine_lines, read_examples, run_convert, write_text
 
 
@@ -188,7 +188,7 @@ def test_a_row_larger_than_the_parse_block_is_converted(tmp):
 
 
 def test_a_row_over_the_record_size_cap_is_quarantined_as_too_large(tmp, monkeypatch):
-    monkeypatch.setattr(_sources, "MAX_RECORD_BYTES", 1 << 20)
+    monkeypatch.setattr(readers, "MAX_RECORD_BYTES", 1 << 20)
     lines = ["id,text"] + [f"{i},t{i}" for i in range(3000)]
     lines[1000] = "999," + "y" * (3 << 20)
     src = write_text(tmp / "in" / "a.csv", "\n".join(lines) + "\n")
@@ -273,7 +273,7 @@ def _reference_records(data: bytes, multiline: bool, cap: int):
 def _scanned_records(data: bytes, multiline: bool, block: int, cap: int):
     import io
 
-    from beam_jobs._csv_records import RecordReader
+    from beam_jobs.sources.csv_records import RecordReader
 
     reader = RecordReader(
         io.BytesIO(data), path="x.csv", delimiter=",", multiline=multiline, block_size=block, max_record_bytes=cap

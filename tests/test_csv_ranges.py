@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from beam_jobs import _sources
-from beam_jobs._csv_ranges import RangeFile, decide_ranges, plan_ranges, scan_range
+from beam_jobs.sources import readers
+from beam_jobs.sources.csv_ranges import RangeFile, decide_ranges, plan_ranges, scan_range
 from tests.conftest import quarantine_lines, read_examples, run_convert
 
 _FIELD = st.one_of(
@@ -57,7 +57,7 @@ def test_ranges_partition_the_file_at_line_ends(data, split):
 def test_rows_read_by_ranges_equal_the_whole_file(tmp_path_factory, data, split):
     path = tmp_path_factory.mktemp("r") / "x.csv"
     path.write_bytes(data)
-    header, fmt = ["a", "b", "c"], _sources.CsvFormat()
+    header, fmt = ["a", "b", "c"], readers.CsvFormat()
     whole = _rows(str(path), header, fmt, None)
     scans = [(s, e, scan_range(str(path), s, e)) for s, e in plan_ranges(len(data), split)]
     ranges = decide_ranges(str(path), scans)
@@ -68,7 +68,7 @@ def test_rows_read_by_ranges_equal_the_whole_file(tmp_path_factory, data, split)
 
 def _rows(path, header, fmt, byte_range, bad=None):
     out = []
-    for chunk in _sources.iter_csv_chunks(path, header, fmt, header, byte_range):
+    for chunk in readers.iter_csv_chunks(path, header, fmt, header, byte_range):
         cells = zip(*(c.to_pylist() for c in chunk.batch.columns))
         out += [(int(r), *row) for r, row in zip(chunk.rows, cells)]
         if bad is not None:
@@ -82,7 +82,7 @@ def test_lines_with_an_unclosed_quote_are_set_aside_alike_by_ranges_and_whole(tm
     # By default every newline ends a record, so a stray quote never stops the split.
     path = tmp_path_factory.mktemp("u") / "x.csv"
     path.write_bytes(data)
-    header, fmt = ["a", "b", "c"], _sources.CsvFormat()
+    header, fmt = ["a", "b", "c"], readers.CsvFormat()
     whole_bad, parts_bad = [], []
     whole = _rows(str(path), header, fmt, None, whole_bad)
     ranges = decide_ranges(str(path), [(s, e, scan_range(str(path), s, e)) for s, e in plan_ranges(len(data), split)])

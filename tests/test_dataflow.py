@@ -139,7 +139,12 @@ def test_setup_file_stages_an_sdist_with_both_packages(tmp):
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
         (pkg_info,) = [n for n in tar.getnames() if n.count("/") == 1 and n.endswith("/PKG-INFO")]
         requirements = _worker_requirements(tar.extractfile(pkg_info).read().decode())
-    assert {"beam_jobs/_pipeline.py", "beam_jobs/_images.py", "ingest/contract.py", "pyproject.toml"} <= names
+    assert {
+        "beam_jobs/_pipeline.py",
+        "beam_jobs/sources/image_records.py",
+        "ingest/contract.py",
+        "pyproject.toml",
+    } <= names
     assert WORKER_NEEDS <= requirements and not requirements & NOT_ON_WORKERS, requirements
 
 

@@ -47,7 +47,7 @@ def test_every_conversion_module_imports_without_loading_tensorflow_or_matplotli
         print(json.dumps({"imported": modules, "heavy": heavy}))
     """)
     result = json.loads(_last_line(proc))
-    assert {"beam_jobs.convert", "beam_jobs._pipeline", "beam_jobs.adapters"} <= set(result["imported"])
+    assert {"beam_jobs.convert", "beam_jobs._pipeline", "beam_jobs.sources"} <= set(result["imported"])
     assert result["heavy"] == []
 
 

@@ -13,9 +13,9 @@ import tensorflow as tf
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from beam_jobs import _encode_general
-from beam_jobs._example_encoder import encode_batch
-from beam_jobs._tfrecord import TFRecordError, iter_frames
+from beam_jobs.encode import scatter
+from beam_jobs.encode.examples import encode_batch
+from beam_jobs.encode.tfrecord import TFRecordError, iter_frames
 
 _I64 = st.integers(-(2**63), 2**63 - 1)
 _F32 = st.floats(width=32, allow_nan=True, allow_infinity=True)
@@ -118,7 +118,7 @@ def test_each_way_of_laying_out_values_gives_protobufs_bytes(batch, way):
     columns, n = batch
     streamed = way == "streamed"
     with mock.patch.multiple(
-        _encode_general, _STREAM_VALUES=0 if streamed else 10**9, _SLICE_COPY_BYTES=0 if streamed else 10**9
+        scatter, _STREAM_VALUES=0 if streamed else 10**9, _SLICE_COPY_BYTES=0 if streamed else 10**9
     ):
         records = _records(columns, n, framed=True)
     for got, want in zip(records, _reference(columns, n)):

@@ -16,8 +16,9 @@ import pytest
 import tensorflow as tf
 
 import ingest
-from beam_jobs import _output, convert
+from beam_jobs import convert
 from beam_jobs.convert import ConversionError
+from beam_jobs.output import directory as output_dir
 from tests.conftest import run_convert
 from tests.gcs import LIST_ONLY_BUCKET, GcsEmulator
 
@@ -274,7 +275,7 @@ def test_a_job_failing_mid_write_leaves_no_metadata_and_a_rerun_succeeds(gcs):
         try:
             convert.build_pipeline(cfg, options).run().wait_until_finish()
         finally:
-            _output.release(cfg.tmp_dir)  # as convert.run does when the runner raises
+            output_dir.release(cfg.tmp_dir)  # as convert.run does when the runner raises
     names = {b.name for b in client.list_blobs("bkt", prefix="flaky-ds/")}
     assert "flaky-ds/dataset_info.json" not in names
     with pytest.raises(ingest.DatasetNotFoundError):

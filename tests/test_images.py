@@ -265,7 +265,7 @@ def test_empty_folder_says_what_layout_is_expected(tmp):
 
 
 def test_chunks_stay_bounded(tmp):
-    from beam_jobs._images import ImageEntry, ImageOptions, iter_image_chunks
+    from beam_jobs.sources.image_records import ImageEntry, ImageOptions, iter_image_chunks
 
     for i in range(7):
         _save(_rgb(), tmp / f"{i}.png", "PNG")

@@ -13,8 +13,9 @@ import time
 
 import pytest
 
-from beam_jobs import _output, _pipeline
+from beam_jobs import _pipeline
 from beam_jobs.convert import ConversionError
+from beam_jobs.output import directory as output_dir
 from ingest import contract
 from tests.conftest import read_examples, run_convert, write_text
 
@@ -35,7 +36,7 @@ def _listing(out) -> list:
 
 def _dataset_listing(out) -> list:
     info = contract.DatasetInfo.from_json(open(os.path.join(out, contract.METADATA_FILENAME)).read())
-    return sorted(_output.dataset_files(info) + [contract.METADATA_FILENAME])
+    return sorted(output_dir.dataset_files(info) + [contract.METADATA_FILENAME])
 
 
 def _dead_pid() -> int:
@@ -52,7 +53,7 @@ def _marker(out, job: str, **fields) -> str:
         "pid": os.getpid(),
         "state": "running",
     }
-    write_text(temp / _output.JOB_FILE, json.dumps({**marker, **fields}))
+    write_text(temp / output_dir.JOB_FILE, json.dumps({**marker, **fields}))
     write_text(temp / "fragments" / "x.tfrecord", "partial")
     return str(temp)
 
@@ -194,7 +195,7 @@ def test_finalize_failing_after_the_rename_succeeds_when_retried(tmp, monkeypatc
     out = tmp / "out"
     if overwrite:
         run_convert("--source", "csv", "--input", _csv(tmp, "v0", [0]), "--output", out, "--num_shards", "2")
-    real, write_text_real = _pipeline.finalize_dataset, _output.write_text
+    real, write_text_real = _pipeline.finalize_dataset, output_dir.write_text
     injected = str(tmp / "fault-injected")
 
     def flaky_write(path, text):
@@ -210,7 +211,7 @@ def test_finalize_failing_after_the_rename_succeeds_when_retried(tmp, monkeypatc
             assert any(f.endswith(".tfrecord") for f in os.listdir(out)), "the fault came before the rename"
             return real(*args, **kwargs)  # what a runner's bundle retry does
 
-    monkeypatch.setattr(_output, "write_text", flaky_write)
+    monkeypatch.setattr(output_dir, "write_text", flaky_write)
     monkeypatch.setattr(_pipeline, "finalize_dataset", retried)
     args = ["--source", "csv", "--input", _csv(tmp, "v1", [1, 2, 3, 4, 5]), "--output", out, "--num_shards", "2"]
     run_convert(*args, *(["--overwrite"] if overwrite else []))
@@ -261,7 +262,7 @@ def test_a_failed_job_releases_the_directory_for_the_next_run(tmp):
             "--source", "csv", "--input", _csv(tmp, "bad", [1, "x", "y"]), "--output", out, "--column", "a:int64"
         )
     [temp] = [d for d in os.listdir(out) if d.startswith(contract.TEMP_PREFIX)]
-    assert json.load(open(out / temp / _output.JOB_FILE))["state"] == "ended"
+    assert json.load(open(out / temp / output_dir.JOB_FILE))["state"] == "ended"
     run_convert("--source", "csv", "--input", _csv(tmp, "v1", [1, 2]), "--output", out)
     assert _values(out) == [1, 2] and _listing(out) == _dataset_listing(out)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from beam_jobs import _plan
+from beam_jobs.output import shard_plan
 from ingest import _tuning
 
 MB = 2**20
@@ -23,24 +23,24 @@ MB = 2**20
     ],
 )
 def test_shard_count_lands_shards_between_10_and_200_mb(size_mb, expected):
-    n = _plan.plan_num_shards(int(size_mb * MB))
+    n = shard_plan.plan_num_shards(int(size_mb * MB))
     assert n == expected
     if n > 1:
         assert 10 <= size_mb / n <= 200
 
 
 def test_small_target_never_plans_shards_under_10_mb():
-    assert _plan.plan_num_shards(50 * MB, target_shard_mb=1) == 5
+    assert shard_plan.plan_num_shards(50 * MB, target_shard_mb=1) == 5
 
 
 def test_target_must_be_positive():
     with pytest.raises(ValueError, match="target shard size must be positive, got 0"):
-        _plan.plan_num_shards(MB, target_shard_mb=0)
+        shard_plan.plan_num_shards(MB, target_shard_mb=0)
 
 
 def test_parse_splits():
-    assert _plan.parse_splits(None) == {"train": 1.0}
-    assert _plan.parse_splits("train=0.8, eval=0.2") == {"train": 0.8, "eval": 0.2}
+    assert shard_plan.parse_splits(None) == {"train": 1.0}
+    assert shard_plan.parse_splits("train=0.8, eval=0.2") == {"train": 0.8, "eval": 0.2}
     for bad, msg in [
         ("train=0.8,eval=0.1", "must sum to 1"),
         ("train", "NAME=FRACTION"),
@@ -50,34 +50,34 @@ def test_parse_splits():
         ("a=0,b=1", r"\(0, 1\]"),
     ]:
         with pytest.raises(ValueError, match=msg):
-            _plan.parse_splits(bad)
+            shard_plan.parse_splits(bad)
 
 
 def test_split_assignment_follows_fractions_and_is_a_pure_function_of_the_hash():
     hashes = np.random.default_rng(0).integers(0, 2**32, size=100_000, dtype=np.uint64).astype(np.uint32)
-    splits = _plan.assign_splits(hashes, {"a": 0.7, "b": 0.2, "c": 0.1})
+    splits = shard_plan.assign_splits(hashes, {"a": 0.7, "b": 0.2, "c": 0.1})
     shares = np.bincount(splits, minlength=3) / len(hashes)
     assert np.allclose(shares, [0.7, 0.2, 0.1], atol=0.01)
-    assert np.array_equal(splits, _plan.assign_splits(hashes.copy(), {"a": 0.7, "b": 0.2, "c": 0.1}))
+    assert np.array_equal(splits, shard_plan.assign_splits(hashes.copy(), {"a": 0.7, "b": 0.2, "c": 0.1}))
 
 
 def test_split_assignment_spreads_sequential_hashes():
     # CRCs of similar records are close together; the mixer must still spread them.
     hashes = np.arange(10_000, dtype=np.uint32)
-    shares = np.bincount(_plan.assign_splits(hashes, {"a": 0.5, "b": 0.5})) / 10_000
+    shares = np.bincount(shard_plan.assign_splits(hashes, {"a": 0.5, "b": 0.5})) / 10_000
     assert np.allclose(shares, [0.5, 0.5], atol=0.03)
 
 
 def test_shard_assignment_shuffled_is_reproducible_and_balanced():
-    a = _plan.assign_shards(10_000, 8, shuffle=True, seed=1, file_index=2, chunk_index=3, first_record=0)
-    b = _plan.assign_shards(10_000, 8, shuffle=True, seed=1, file_index=2, chunk_index=3, first_record=0)
+    a = shard_plan.assign_shards(10_000, 8, shuffle=True, seed=1, file_index=2, chunk_index=3, first_record=0)
+    b = shard_plan.assign_shards(10_000, 8, shuffle=True, seed=1, file_index=2, chunk_index=3, first_record=0)
     assert np.array_equal(a, b)
     assert np.bincount(a).min() > 1100
 
 
 def test_shard_assignment_unshuffled_is_contiguous_blocks():
-    s = _plan.assign_shards(2048, 4, shuffle=False, seed=0, file_index=0, chunk_index=0, first_record=0)
-    block = _plan.NO_SHUFFLE_BLOCK_ROWS
+    s = shard_plan.assign_shards(2048, 4, shuffle=False, seed=0, file_index=0, chunk_index=0, first_record=0)
+    block = shard_plan.NO_SHUFFLE_BLOCK_ROWS
     assert list(s[::block]) == [0, 1, 2, 3]
     assert all(len(set(s[i : i + block])) == 1 for i in range(0, 2048, block))
 

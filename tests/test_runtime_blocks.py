@@ -17,11 +17,13 @@ import pytest
 import tensorflow as tf
 
 import ingest
-from beam_jobs._block_encoder import encode_blocks
-from beam_jobs._example_encoder import encode_batch
+from beam_jobs.encode.blocks import encode_blocks
+from beam_jobs.encode.examples import encode_batch
 from benchmarks import mixing
-from ingest import _block_batches, _epoch_order, contract
+from ingest import contract
 from ingest._dataset import read_records
+from ingest.blocks import seekable as seekable_order
+from ingest.blocks import streaming as block_stream
 
 K = 32
 _SPLITS = {"train": (0, 4000, 4), "eval": (4000, 4300, 2)}  # name: (first id, end id, shards)
@@ -258,8 +260,8 @@ def test_seekable_order_reads_runs_of_consecutive_blocks_in_an_order_that_change
 
 
 def test_runs_hold_only_blocks_that_follow_each_other_in_a_file():
-    from ingest._block_index import BlockIndex
-    from ingest._epoch_order import block_runs
+    from ingest.blocks.index import BlockIndex
+    from ingest.blocks.seekable import block_runs
 
     file_of = np.array([0] * 5 + [1] * 2 + [2] * 9)
     offsets = np.concatenate([np.arange(5), np.arange(2), np.arange(9)]) * 10
@@ -295,11 +297,11 @@ def test_rows_of_a_batch_scatter_in_the_next_epoch(both, monkeypatch):
     rows, blocks = fraction(both[0]), fraction(both[1])
     assert rows < 5 * ideal and blocks < 5 * ideal
     # The seam: without the in-window permutation block-mates travel together.
-    monkeypatch.setattr(_epoch_order, "_within_epochs", lambda n, *_: tf.range(n))
+    monkeypatch.setattr(seekable_order, "_within_epochs", lambda n, *_: tf.range(n))
     unpermuted = fraction(both[1])
     assert unpermuted > 0.3 and blocks < unpermuted / 5
     # The same seam in the streaming order.
-    monkeypatch.setattr(_block_batches, "permute_rows", lambda rows, seed: rows)
+    monkeypatch.setattr(block_stream, "permute_rows", lambda rows, seed: rows)
     streaming = ingest.ReadOptions(seekable_order=False)
     ids = np.array(_ids(ingest.make_dataset(both[1], batch_size=batch_size, seed=11, num_epochs=2, options=streaming)))
     first, second = (mixing.batches_of(e, batch_size) for e in (ids[:n], ids[n:]))

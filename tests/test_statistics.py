@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import ingest
-from beam_jobs import _feature_stats
+from beam_jobs.stats import features as feature_stats
 from ingest import __main__ as cli
 from tests.conftest import run_convert
 
@@ -271,10 +271,10 @@ def test_no_statistics_flag_records_none_and_says_so(tmp, capsys):
 
 def _stats_of(parts, dtype="float32"):
     keys_seed = 0
-    acc = _feature_stats.FeatureStats(dtype, "number", False)
+    acc = feature_stats.FeatureStats(dtype, "number", False)
     for p in parts:
-        piece = _feature_stats.FeatureStats(dtype, "number", False)
-        piece.add(pa.array(p), _feature_stats.chunk_keys(len(p), [keys_seed]))
+        piece = feature_stats.FeatureStats(dtype, "number", False)
+        piece.add(pa.array(p), feature_stats.chunk_keys(len(p), [keys_seed]))
         keys_seed += 1
         acc.merge(piece)
     return acc.to_json()
@@ -302,12 +302,12 @@ def test_quantiles_hold_their_rank_bound_on_skewed_data_split_in_uneven_parts():
 
 
 def test_counts_switch_to_sketches_when_merged_past_the_exact_limit():
-    limit = _feature_stats.EXACT_VALUES
+    limit = feature_stats.EXACT_VALUES
     halves = [np.array([f"v{i}" for i in range(k * limit // 2 + k, (k + 2) * limit // 2 + k)], object) for k in (0, 1)]
-    acc = _feature_stats.FeatureStats("bytes", "text", False)
+    acc = feature_stats.FeatureStats("bytes", "text", False)
     for h in halves:  # each bundle alone stays exact; together they do not
-        piece = _feature_stats.FeatureStats("bytes", "text", False)
-        piece.add(pa.array([v.encode() for v in h], pa.large_binary()), _feature_stats.chunk_keys(len(h), [0]))
+        piece = feature_stats.FeatureStats("bytes", "text", False)
+        piece.add(pa.array([v.encode() for v in h], pa.large_binary()), feature_stats.chunk_keys(len(h), [0]))
         assert piece.to_json()["distinct_exact"]
         acc.merge(piece)
     got = acc.to_json()
@@ -318,10 +318,10 @@ def test_counts_switch_to_sketches_when_merged_past_the_exact_limit():
 def test_binary_values_are_counted_by_digest_past_the_exact_limit():
     rng = np.random.default_rng(9)
     blobs = [rng.bytes(int(k)) for k in rng.integers(8, 40, 30_000)]
-    acc = _feature_stats.FeatureStats("bytes", "binary", False)
+    acc = feature_stats.FeatureStats("bytes", "binary", False)
     for i, at in enumerate(range(0, len(blobs), 7_000)):
         part = blobs[at : at + 7_000]
-        acc.add(pa.array(part, pa.large_binary()), _feature_stats.chunk_keys(len(part), [i]))
+        acc.add(pa.array(part, pa.large_binary()), feature_stats.chunk_keys(len(part), [i]))
     got = acc.to_json()
     assert not got["distinct_exact"] and got["distinct"] == pytest.approx(len(set(blobs)), rel=0.02)
     assert "top" not in got and got["length"]["min"] == 8
@@ -359,7 +359,7 @@ def test_metadata_lays_out_one_statistic_a_line(converted):
 def _bundle_stats(seed: int, rows: int, chunks: int):
     """One bundle's ConversionStats over `chunks` chunks: dense columns (which sample the
     same rows), one with missing values (other rows), a label and a wide int column."""
-    from beam_jobs._stats import ConversionStats
+    from beam_jobs.stats.conversion import ConversionStats
 
     rng = np.random.default_rng(seed)
     stats = ConversionStats()
@@ -373,7 +373,7 @@ def _bundle_stats(seed: int, rows: int, chunks: int):
             ("wide", "int64", pa.array(rng.integers(-(2**62), 2**62, rows))),
         ]
         split_of = rng.integers(0, 2, rows)
-        stats.add_statistics(cols, kinds, split_of, SPLITS, _feature_stats.chunk_keys(rows, [seed, i]))
+        stats.add_statistics(cols, kinds, split_of, SPLITS, feature_stats.chunk_keys(rows, [seed, i]))
     return stats
 
 
@@ -381,7 +381,7 @@ def test_packed_statistics_pickle_shared_keys_once_and_narrow_integers_losing_no
     import copy
     import pickle
 
-    from beam_jobs._stats import ConversionStats
+    from beam_jobs.stats.conversion import ConversionStats
 
     stats = _bundle_stats(1, 40_000, 4)  # 80k rows a split: samples lowered, some over SAMPLE_SIZE
     before = copy.deepcopy(stats)
@@ -407,7 +407,7 @@ def test_packed_statistics_pickle_shared_keys_once_and_narrow_integers_losing_no
 
 
 def test_merging_packed_statistics_equals_merging_them_unpacked():
-    from beam_jobs._stats import ConversionStats
+    from beam_jobs.stats.conversion import ConversionStats
 
     blobs = [
         _bundle_stats(seed, rows, chunks).pack() for seed, rows, chunks in ((2, 30_000, 3), (3, 500, 1), (4, 9_000, 2))
@@ -428,7 +428,7 @@ def test_value_counts_add_up_across_many_parts():
 
     rng = np.random.default_rng(11)
     parts = [rng.choice(np.array([f"w{i}" for i in range(900)]), int(n)) for n in rng.integers(1, 4_000, 40)]
-    counts = _feature_stats._Counts(sketch_beyond=True)
+    counts = feature_stats._Counts(sketch_beyond=True)
     for p in parts:  # more than EXACT_VALUES distinct-per-part rows: compacted on the way
         counts.add(pa.array(p, pa.large_string()))
     got = {t["value"]: t["count"] for t in counts.result(text=True)["top"]}

@@ -1,6 +1,6 @@
 """CSV type inference and text-to-number conversion against a cell-by-cell reference.
 
-`_typing` reads whole columns with Arrow kernels and skips work it can prove useless
+`column_types` reads whole columns with Arrow kernels and skips work it can prove useless
 (the text of cells whose value has a fraction, words of number characters such as
 "eta"); the reference below reads each cell on its own with Python's `re`, `int` and
 `float`, so a shortcut that changes a count or a value fails here.
@@ -16,7 +16,7 @@ import pyarrow as pa
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from beam_jobs import _typing
+from beam_jobs.sources import column_types
 
 _INT = re.compile(r"[+-]?\d+", re.ASCII)
 _FLOAT = re.compile(r"[+-]?((\d+\.?\d*|\.\d+)(e[+-]?\d+)?|inf|infinity|nan)", re.ASCII | re.IGNORECASE)
@@ -49,8 +49,8 @@ def _read(cell: bytes):
     return None
 
 
-def _reference_counts(cells: list) -> _typing.TypeCounts:
-    c = _typing.TypeCounts()
+def _reference_counts(cells: list) -> column_types.TypeCounts:
+    c = column_types.TypeCounts()
     for cell in cells:
         if cell is None:
             continue
@@ -102,7 +102,7 @@ _pure = st.one_of(
 @example([b"12/31", b"1"])  # a date among integers: text, though every byte is a digit, '-' or '/'
 def test_inference_counts_every_cell_as_a_reference_reads_it(cells):
     batch = pa.RecordBatch.from_pydict({"c": pa.array(cells, pa.binary())})
-    assert _typing.count_types(batch)["c"] == _reference_counts(cells)
+    assert column_types.count_types(batch)["c"] == _reference_counts(cells)
 
 
 @settings(max_examples=300, deadline=None)
@@ -110,7 +110,7 @@ def test_inference_counts_every_cell_as_a_reference_reads_it(cells):
 @example([b"eta", b"12", None], "int64")
 @example([b" 1e3 ", b"tea", b"-0.0"], "float32")
 def test_conversion_keeps_each_number_the_type_holds_and_refuses_the_rest(cells, dtype):
-    values, bad = _typing.convert_text_column(pa.array(cells, pa.binary()), dtype)
+    values, bad = column_types.convert_text_column(pa.array(cells, pa.binary()), dtype)
     got = values.to_pylist()
     for i, cell in enumerate(cells):
         read = None if cell is None else _read(cell)

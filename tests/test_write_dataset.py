@@ -129,9 +129,9 @@ def test_the_output_directory_rules_hold(tmp):
 
 
 def test_shard_counts_are_planned_from_the_data_or_given(tmp, monkeypatch):
-    from beam_jobs import _plan
+    from beam_jobs.output import shard_plan
 
-    monkeypatch.setattr(_plan, "MIN_SHARD_MB", 0.01)  # a test-sized corpus, planned like a large one
+    monkeypatch.setattr(shard_plan, "MIN_SHARD_MB", 0.01)  # a test-sized corpus, planned like a large one
     rows = [{"id": i, "text": "x" * 200} for i in range(3000)]
     planned = _write(rows, tmp / "planned", target_shard_mb=0.1)
     assert 4 <= len(planned.split("train").shards) <= 10  # ~0.7 MB in 0.1 MB shards

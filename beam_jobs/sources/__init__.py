@@ -1,16 +1,16 @@
 """Source adapters, one module per input format, found by their `--source` name.
 
-To add a format (say JSON Lines): write `beam_jobs/adapters/jsonl.py` with a frozen
+To add a format (say JSON Lines): write `beam_jobs/sources/jsonl.py` with a frozen
 `Source` subclass (its flags, `open` at launch, `read` and `type_chunk` on workers, what
 it records in the metadata), and add one line below.
 """
 
 from __future__ import annotations
 
-from beam_jobs.adapters._base import Source
-from beam_jobs.adapters.csv import CsvSource
-from beam_jobs.adapters.images import ImageSource
-from beam_jobs.adapters.parquet import ParquetSource
+from beam_jobs.sources.base import Source
+from beam_jobs.sources.csv import CsvSource
+from beam_jobs.sources.images import ImageSource
+from beam_jobs.sources.parquet import ParquetSource
 
 __all__ = ["ADAPTER_FOR_FORMAT", "Source"]
 

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from beam_jobs._feature_stats import FeatureStats, add_numbers_together, share_keys
+from beam_jobs.stats.features import FeatureStats, add_numbers_together, share_keys
 
 __all__ = ["ConversionStats"]
 

@@ -18,7 +18,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs._errors import ConversionError, storage_error
-from beam_jobs._sources import Chunk
+from beam_jobs.sources.readers import Chunk
 
 __all__ = ["Source", "WorkItem", "flag", "match_files", "first_mismatch", "select_columns", "json_row"]
 

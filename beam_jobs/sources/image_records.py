@@ -20,7 +20,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs._errors import is_denied, storage_error
-from beam_jobs._sources import BadRow, Chunk
+from beam_jobs.sources.readers import BadRow, Chunk
 
 __all__ = [
     "ImageOptions",

@@ -24,8 +24,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from beam_jobs._encode_general import Column, varint_bytes
-from beam_jobs._tfrecord import FOOTER_BYTES, frame_headers, frames_array, offsets_of, seal_frames
+from beam_jobs.encode.scatter import Column, varint_bytes
+from beam_jobs.encode.tfrecord import FOOTER_BYTES, frame_headers, frames_array, offsets_of, seal_frames
 
 __all__ = ["encode_batch", "encode_record_batch"]
 
@@ -346,7 +346,7 @@ def encode_record_batch(batch, *, framed: bool = False):
     record i being `buffer[offsets[i]:offsets[i + 1]]`; with `framed=True`, whole
     TFRecord frames (appending `buffer` to a file makes a valid .tfrecord file).
     """
-    from beam_jobs._typing import canonical_arrow_column
+    from beam_jobs.sources.column_types import canonical_arrow_column
 
     columns = []
     for name in batch.schema.names:

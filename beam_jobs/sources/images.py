@@ -5,17 +5,17 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from beam_jobs import _image_inputs, _images, _typing
 from beam_jobs._errors import ConversionError
-from beam_jobs.adapters._base import Source, WorkItem, flag
-from beam_jobs.adapters.parquet import type_arrow_chunk
+from beam_jobs.sources import column_types, image_listing, image_records
+from beam_jobs.sources.base import Source, WorkItem, flag
+from beam_jobs.sources.parquet import type_arrow_chunk
 
 __all__ = ["ImageSource"]
 
 
 @dataclasses.dataclass(frozen=True)
 class ImageSource(Source):
-    images: _images.ImageOptions = _images.ImageOptions()
+    images: image_records.ImageOptions = image_records.ImageOptions()
     labels: tuple = ()  # label names; the label index is the position
     extra_types: tuple = ()  # manifest extras: ((name, pyarrow type), ...)
     arrow_types: tuple = ()  # ((name, dtype, shape), ...)
@@ -24,7 +24,7 @@ class ImageSource(Source):
 
     format: ClassVar[str] = "images"
     unit: ClassVar[str] = "image"
-    fixed_label: ClassVar[str | None] = _images.LABEL
+    fixed_label: ClassVar[str | None] = image_records.LABEL
     layouts: ClassVar[tuple] = ("rows",)  # one image per record
 
     @classmethod
@@ -44,7 +44,7 @@ class ImageSource(Source):
             group,
             "max_pixels",
             type=int,
-            default=_images.DEFAULT_MAX_PIXELS,
+            default=image_records.DEFAULT_MAX_PIXELS,
             help="quarantine images with more pixels (decompression bombs)",
         )
 
@@ -53,9 +53,9 @@ class ImageSource(Source):
         cls._options(args)
 
     @staticmethod
-    def _options(args) -> _images.ImageOptions:
+    def _options(args) -> image_records.ImageOptions:
         try:
-            return _images.ImageOptions(
+            return image_records.ImageOptions(
                 max_side=args.max_side, reencode=args.reencode, quality=args.quality, max_pixels=args.max_pixels
             )
         except ValueError as e:
@@ -64,29 +64,29 @@ class ImageSource(Source):
     @classmethod
     def open(cls, args) -> "ImageSource":
         try:
-            if _image_inputs.is_manifest(args.input):
+            if image_listing.is_manifest(args.input):
                 columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
-                corpus = _image_inputs.read_manifest(
+                corpus = image_listing.read_manifest(
                     args.input, path_column=args.path_column, label_column=args.label or "label", columns=columns
                 )
             else:
-                corpus = _image_inputs.list_folder(args.input)
+                corpus = image_listing.list_folder(args.input)
         except ValueError as e:
             raise ConversionError(str(e)) from e
-        types = [(name, dtype, ()) for name, dtype in _images.IMAGE_COLUMNS]
-        types += [(name, *_typing.arrow_dtype(name, t)) for name, t in corpus.extra_types]
+        types = [(name, dtype, ()) for name, dtype in image_records.IMAGE_COLUMNS]
+        types += [(name, *column_types.arrow_dtype(name, t)) for name, t in corpus.extra_types]
         return cls(
             input_pattern=args.input,
             columns=tuple(name for name, _, _ in types),
             input_bytes=corpus.input_bytes,
             input_count=len(corpus.entries),
             schema_origin="images",
-            binary_columns=(_images.ENCODED,),
+            binary_columns=(image_records.ENCODED,),
             images=cls._options(args),
             labels=corpus.vocabulary,
             extra_types=corpus.extra_types,
             arrow_types=tuple(types),
-            items=tuple(_image_inputs.work_items(corpus)),
+            items=tuple(image_listing.work_items(corpus)),
         )
 
     def expansion(self) -> float:
@@ -105,7 +105,7 @@ class ImageSource(Source):
 
     def read(self, item: WorkItem) -> tuple:
         # An image item is a list of entries; bad ones name their own file.
-        return self.input_pattern, _images.iter_image_chunks(item[1], self.images, self.labels, self.extra_types)
+        return self.input_pattern, image_records.iter_image_chunks(item[1], self.images, self.labels, self.extra_types)
 
     def type_chunk(self, path: str, chunk, types: dict) -> tuple:
         return type_arrow_chunk(self, path, chunk, types)

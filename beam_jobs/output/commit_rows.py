@@ -23,8 +23,8 @@ import pyarrow as pa
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_jobs._fragments import read_index
-from beam_jobs._tfrecord import TFRecordError, frames_array, frames_data, grouped_frames, offsets_of
+from beam_jobs.encode.tfrecord import TFRecordError, frames_array, frames_data, grouped_frames, offsets_of
+from beam_jobs.output.fragments import read_index
 
 __all__ = [
     "Budget",

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
-from ingest._block_index import BlockIndex, pipeline_blocks
-from ingest._epoch_order import seekable_block_batches
+from ingest.blocks.index import BlockIndex, pipeline_blocks
+from ingest.blocks.seekable import seekable_block_batches
 
 if TYPE_CHECKING:
     from ingest._request import Request

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from beam_jobs._example_encoder import encode_batch
+from beam_jobs.encode.examples import encode_batch
 from ingest import contract
 
 __all__ = ["ROWS_FEATURE", "block_columns", "encode_blocks"]

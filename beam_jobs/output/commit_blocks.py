@@ -21,10 +21,10 @@ import pyarrow as pa
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_jobs._block_encoder import encode_blocks
-from beam_jobs._commit import Budget, read_exactly
-from beam_jobs._fragments import read_index
-from beam_jobs._tfrecord import key_ranges
+from beam_jobs.encode.blocks import encode_blocks
+from beam_jobs.encode.tfrecord import key_ranges
+from beam_jobs.output.commit_rows import Budget, read_exactly
+from beam_jobs.output.fragments import read_index
 
 __all__ = ["run_bytes", "write_block_shard"]
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import tensorflow as tf
 
 from ingest import _parse, _tuning
-from ingest._blocks import parse_blocks
+from ingest.blocks.parse import parse_blocks
 
 if TYPE_CHECKING:
     from ingest._request import Request

@@ -20,9 +20,9 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
-from beam_jobs import _sources, _typing
 from beam_jobs._errors import is_denied, storage_error
-from beam_jobs._images import IMAGE_COLUMNS, ImageEntry
+from beam_jobs.sources import column_types, readers
+from beam_jobs.sources.image_records import IMAGE_COLUMNS, ImageEntry
 
 __all__ = ["ImageCorpus", "is_manifest", "list_folder", "read_manifest", "work_items", "IMAGE_EXTENSIONS"]
 
@@ -170,9 +170,9 @@ def _follow(path: str) -> tuple:
 def _read_table(path: str) -> pa.Table:
     try:
         if path.lower().endswith(".parquet"):
-            with _sources.open_parquet(path) as f:
+            with readers.open_parquet(path) as f:
                 return pq.read_table(f)
-        with _sources.CsvInput(path) as stream:  # gzip decoded by Arrow, as for CSV corpora
+        with readers.CsvInput(path) as stream:  # gzip decoded by Arrow, as for CSV corpora
             return pacsv.read_csv(stream)
     except Exception as e:
         if is_denied(e):
@@ -198,7 +198,7 @@ def read_manifest(path: str, *, path_column: str, label_column: str, columns=Non
     for c in extras:
         t = table.schema.field(c).type
         try:
-            _typing.arrow_dtype(c, t)
+            column_types.arrow_dtype(c, t)
         except ValueError as e:
             raise ImageInputError(f"manifest {path}: {e}") from None
         extra_types.append((c, t))
@@ -234,8 +234,8 @@ def _unfit_extras(table: pa.Table, extras: list, path: str, first_row: int) -> d
     for c in extras:
         found: list = []
         try:
-            _typing.canonical_arrow_column(table.column(c), c, unfit=found)
-        except _typing.UnstorableValue as e:
+            column_types.canonical_arrow_column(table.column(c), c, unfit=found)
+        except column_types.UnstorableValue as e:
             row = "" if e.index is None else f", row {e.index + first_row}"
             raise ImageInputError(f"manifest {path}{row}: {e}") from None
         for i, reason in found:

@@ -9,10 +9,10 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
-from beam_jobs import _csv_ranges, _sources, _typing
 from beam_jobs._background import prefetched
 from beam_jobs._errors import ConversionError
-from beam_jobs.adapters._base import Source, WorkItem, first_mismatch, flag, match_files, select_columns
+from beam_jobs.sources import column_types, csv_ranges, readers
+from beam_jobs.sources.base import Source, WorkItem, first_mismatch, flag, match_files, select_columns
 
 __all__ = ["CsvSource"]
 
@@ -26,7 +26,7 @@ class CsvSource(Source):
     files: tuple = ()
     file_sizes: tuple = ()  # bytes of each of `files`
     header: tuple = ()
-    csv: _sources.CsvFormat = _sources.CsvFormat()
+    csv: readers.CsvFormat = readers.CsvFormat()
     given_types: tuple = ()  # ((name, dtype), ...) from --column and --schema
     split_bytes: int = 0  # read files larger than this as byte ranges (0: whole files)
 
@@ -49,7 +49,7 @@ class CsvSource(Source):
             group,
             "csv_split_mb",
             type=float,
-            default=_csv_ranges.DEFAULT_SPLIT_MB,
+            default=csv_ranges.DEFAULT_SPLIT_MB,
             help="read CSV files larger than this as byte ranges in parallel (0: always whole); with "
             "--allow_quoted_newlines, files with newlines inside quoted fields are detected and read whole",
         )
@@ -64,7 +64,7 @@ class CsvSource(Source):
         flag(
             group,
             "null_values",
-            default=",".join(v for v in _sources.DEFAULT_NULL_VALUES if v),
+            default=",".join(v for v in readers.DEFAULT_NULL_VALUES if v),
             help="comma-separated markers read as missing values; empty cells are always missing",
         )
 
@@ -75,10 +75,10 @@ class CsvSource(Source):
         cls._format(args)
 
     @staticmethod
-    def _format(args) -> _sources.CsvFormat:
+    def _format(args) -> readers.CsvFormat:
         nulls = tuple(dict.fromkeys([""] + [v for v in args.null_values.split(",")]))
         try:
-            return _sources.CsvFormat(
+            return readers.CsvFormat(
                 delimiter=args.delimiter, null_values=nulls, allow_quoted_newlines=args.allow_quoted_newlines
             )
         except ValueError as e:
@@ -91,10 +91,10 @@ class CsvSource(Source):
         given: dict = {}
         if args.schema:
             with FileSystems.open(args.schema) as f:
-                given.update(_typing.load_schema_file(f.read().decode("utf-8"), path=args.schema))
-        given.update(_typing.parse_column_flags(args.column))
+                given.update(column_types.load_schema_file(f.read().decode("utf-8"), path=args.schema))
+        given.update(column_types.parse_column_flags(args.column))
         csv = cls._format(args)
-        names = first_mismatch(paths, lambda p: _sources.read_csv_header(p, csv), "header")
+        names = first_mismatch(paths, lambda p: readers.read_csv_header(p, csv), "header")
         unknown = [c for c in given if c not in names]
         if unknown:
             raise ConversionError(f"--column/--schema name {unknown}, which the input lacks; its columns: {names}")
@@ -121,7 +121,7 @@ class CsvSource(Source):
 
     def expand_items(self, items: beam.PCollection) -> beam.PCollection:
         if self.split_bytes and any(size > self.split_bytes for size in self.file_sizes):
-            return items | "SplitCsv" >> _csv_ranges.SplitCsvFiles(
+            return items | "SplitCsv" >> csv_ranges.SplitCsvFiles(
                 self.file_sizes, self.split_bytes, self.csv.allow_quoted_newlines
             )
         return items
@@ -132,20 +132,20 @@ class CsvSource(Source):
 
     def _chunks(self, item: WorkItem) -> Iterator:
         _, path, byte_range = item
-        return _sources.iter_csv_chunks(path, list(self.header), self.csv, list(self.columns), byte_range)
+        return readers.iter_csv_chunks(path, list(self.header), self.csv, list(self.columns), byte_range)
 
     def count_types(self, item: WorkItem) -> Iterator[dict]:
         for chunk in prefetched(self._chunks(item)):
-            counts = _typing.count_types(chunk.batch)
+            counts = column_types.count_types(chunk.batch)
             yield {k: dataclasses.asdict(v) for k, v in counts.items()}
 
     def merge_type_counts(self, many) -> dict:
-        total = _typing.merge_counts({k: _typing.TypeCounts(**v) for k, v in c.items()} for c in many)
+        total = column_types.merge_counts({k: column_types.TypeCounts(**v) for k, v in c.items()} for c in many)
         return {k: dataclasses.asdict(v) for k, v in total.items()}
 
     def decided_types(self, type_counts, *, tolerance: float) -> dict:
-        counts = {k: _typing.TypeCounts(**v) for k, v in (type_counts or {}).items()}
-        types = _typing.decide_types(counts, self.columns, tolerance=tolerance, given=dict(self.given_types))
+        counts = {k: column_types.TypeCounts(**v) for k, v in (type_counts or {}).items()}
+        types = column_types.decide_types(counts, self.columns, tolerance=tolerance, given=dict(self.given_types))
         return {name: (types[name], ()) for name in self.columns}
 
     def read(self, item: WorkItem) -> tuple:
@@ -157,14 +157,14 @@ class CsvSource(Source):
         for name in self.columns:
             dtype, _ = types[name]
             raw = batch.column(name)
-            arr, bad_cells = _typing.convert_text_column(raw, dtype)
+            arr, bad_cells = column_types.convert_text_column(raw, dtype)
             for i in np.flatnonzero(bad_cells & ~bad_mask):
                 value = raw[i].as_py().decode("utf-8", "backslashreplace")
                 bad.append(
-                    _sources.BadRow(
+                    readers.BadRow(
                         path,
                         int(rows[i]),
-                        f"column {name!r}: {_typing.bad_cell_reason(value, dtype)}",
+                        f"column {name!r}: {column_types.bad_cell_reason(value, dtype)}",
                         self.row_text(chunk, i),
                         "type",
                     )
@@ -174,7 +174,7 @@ class CsvSource(Source):
         return cols, bad, bad_mask
 
     def row_text(self, chunk, i: int) -> str:
-        return _sources.row_text(chunk.batch, i, self.csv)
+        return readers.row_text(chunk.batch, i, self.csv)
 
     def recorded(self) -> dict:
         return {

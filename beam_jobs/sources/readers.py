@@ -19,9 +19,9 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_jobs._csv_ranges import CsvRange, RangeFile
-from beam_jobs._csv_records import RecordReader, Records
 from beam_jobs._errors import storage_error
+from beam_jobs.sources.csv_ranges import CsvRange, RangeFile
+from beam_jobs.sources.csv_records import RecordReader, Records
 
 __all__ = [
     "CsvFormat",

@@ -19,9 +19,9 @@ from typing import ClassVar, Iterator
 import numpy as np
 import pyarrow as pa
 
-from beam_jobs import _sources, _typing
 from beam_jobs._errors import ConversionError
-from beam_jobs.adapters._base import Source, WorkItem, json_row
+from beam_jobs.sources import column_types, readers
+from beam_jobs.sources.base import Source, WorkItem, json_row
 
 __all__ = ["RowsSource", "RowsChunk"]
 
@@ -61,8 +61,8 @@ def value_kind(v) -> str | None:
 
 
 def _arrow_kind(t: pa.DataType, name: str) -> str:
-    dtype, shape = _typing.arrow_dtype(name, t)
-    kind = ("binary" if _typing.holds_binary(t) else "text") if dtype == "bytes" else dtype
+    dtype, shape = column_types.arrow_dtype(name, t)
+    kind = ("binary" if column_types.holds_binary(t) else "text") if dtype == "bytes" else dtype
     return kind if shape == () else f"list of {kind}"
 
 
@@ -72,7 +72,7 @@ def _family(kind: str) -> str:
 
 
 @dataclasses.dataclass
-class RowsChunk(_sources.Chunk):
+class RowsChunk(readers.Chunk):
     records: list = dataclasses.field(default_factory=list)  # the dict rows, when the input gave dicts
 
 
@@ -185,7 +185,7 @@ class RowsSource(Source):
         if chunk.batch is not None:
             fits = all(
                 name not in chunk.batch.schema.names
-                or _typing.arrow_dtype(name, chunk.batch.schema.field(name).type) == types[name]
+                or column_types.arrow_dtype(name, chunk.batch.schema.field(name).type) == types[name]
                 for name in types
             )
             if not fits:  # some column of this batch has another type: value by value
@@ -203,7 +203,7 @@ class RowsSource(Source):
                         values[i] = None
                         if not bad_mask[i]:
                             bad.append(
-                                _sources.BadRow(
+                                readers.BadRow(
                                     path,
                                     int(chunk.rows[i]),
                                     f"column {name!r}: {reason}",
@@ -216,10 +216,10 @@ class RowsSource(Source):
             if arr is None:
                 arr = pa.nulls(n, _arrow_type(dtype, shape))
             unfit: list = []
-            _, _, arr = _typing.canonical_arrow_column(arr, name, unfit=unfit)
+            _, _, arr = column_types.canonical_arrow_column(arr, name, unfit=unfit)
             for i, reason in unfit:
                 if not bad_mask[i]:
-                    bad.append(_sources.BadRow(path, int(chunk.rows[i]), reason, self.row_text(chunk, i), "type"))
+                    bad.append(readers.BadRow(path, int(chunk.rows[i]), reason, self.row_text(chunk, i), "type"))
                 bad_mask[i] = True
             cols.append((name, dtype, arr))
         return cols, bad, bad_mask

@@ -35,9 +35,9 @@ import numpy as np
 import tensorflow as tf
 
 from ingest import _parse, _read, _tuning, contract
-from ingest._block_index import BlockIndex
-from ingest._blocks import check_blocks, parse_blocks
 from ingest._request import read_start
+from ingest.blocks.index import BlockIndex
+from ingest.blocks.parse import check_blocks, parse_blocks
 
 if TYPE_CHECKING:
     from ingest._request import Request

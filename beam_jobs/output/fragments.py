@@ -14,7 +14,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs._background import BackgroundWriter
-from beam_jobs._tfrecord import TFRecordError
+from beam_jobs.encode.tfrecord import TFRecordError
 
 __all__ = ["INDEX_SUFFIX", "Fragment", "FragmentWriter", "read_index"]
 

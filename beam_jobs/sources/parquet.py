@@ -7,8 +7,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from beam_jobs import _sources, _typing
-from beam_jobs.adapters._base import Source, WorkItem, first_mismatch, match_files, select_columns
+from beam_jobs.sources import column_types, readers
+from beam_jobs.sources.base import Source, WorkItem, first_mismatch, match_files, select_columns
 
 __all__ = ["ParquetSource", "type_arrow_chunk"]
 
@@ -26,7 +26,7 @@ class ParquetSource(Source):
     def open(cls, args) -> "ParquetSource":
         files = match_files(args.input)
         paths = [p for p, _ in files]
-        columns = select_columns(list(_sources.read_parquet_schema(paths[0]).names), args)
+        columns = select_columns(list(readers.read_parquet_schema(paths[0]).names), args)
         # Every file's whole schema is checked: without --columns, a column that only some
         # files have would otherwise be left out of the records without a word.
         stored = {}  # path -> its columns' types
@@ -60,7 +60,7 @@ class ParquetSource(Source):
         return {name: (dtype, tuple(shape)) for name, dtype, shape in self.arrow_types}
 
     def read(self, item: WorkItem) -> tuple:
-        return item[1], _sources.iter_parquet_chunks(item[1], list(self.columns))
+        return item[1], readers.iter_parquet_chunks(item[1], list(self.columns))
 
     def type_chunk(self, path: str, chunk, types: dict) -> tuple:
         return type_arrow_chunk(self, path, chunk, types)
@@ -75,13 +75,13 @@ def type_arrow_chunk(source: Source, path: str, chunk, types: dict) -> tuple:
         raw = batch.column(name)
         unfit = []  # (row in chunk, reason): values the stored type cannot hold
         try:
-            got_dtype, got_shape, arr = _typing.canonical_arrow_column(raw, name, unfit=unfit)
-        except _typing.UnstorableValue as e:
+            got_dtype, got_shape, arr = column_types.canonical_arrow_column(raw, name, unfit=unfit)
+        except column_types.UnstorableValue as e:
             row = "" if e.index is None else f", row {int(rows[e.index])}"
             raise ValueError(f"input file {path}{row}: {e}") from e
         for i, reason in unfit:
             if not bad_mask[i]:
-                bad.append(_sources.BadRow(path, int(rows[i]), reason, source.row_text(chunk, i), "type"))
+                bad.append(readers.BadRow(path, int(rows[i]), reason, source.row_text(chunk, i), "type"))
             bad_mask[i] = True
         if (got_dtype, got_shape) != (dtype, shape):
             raise ValueError(
@@ -95,15 +95,15 @@ def type_arrow_chunk(source: Source, path: str, chunk, types: dict) -> tuple:
 def _column_types(path: str, columns: list) -> dict:
     """Each column of a file -> (dtype, shape, holds binary) if it is in `columns`, else None."""
     out = {}
-    for field in _sources.read_parquet_schema(path):
+    for field in readers.read_parquet_schema(path):
         if field.name not in columns:
             out[field.name] = None
             continue
         try:
-            dtype, shape = _typing.arrow_dtype(field.name, field.type)
+            dtype, shape = column_types.arrow_dtype(field.name, field.type)
         except ValueError as e:
             raise ValueError(f"input file {path}: {e}") from e
-        out[field.name] = (dtype, shape, _typing.holds_binary(field.type))
+        out[field.name] = (dtype, shape, column_types.holds_binary(field.type))
     return out
 
 

@@ -1,0 +1,1 @@
+"""Who owns the output and how it is committed: shard planning, fragments, shard commits, the output directory."""

@@ -1,0 +1,1 @@
+"""Conversion statistics: counts and sizes per split (`conversion`) and each feature's summary (`features`)."""

@@ -1,0 +1,1 @@
+"""The blocks layout at run time: parsing, the streaming and seekable orders, canonical partitions, column cache."""
