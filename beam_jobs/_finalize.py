@@ -98,7 +98,8 @@ def finalize_dataset(
         FileSystems.rename([_join(cfg.tmp_dir, contract.METADATA_FILENAME)], [metadata_path])
     # The new dataset is complete: only now do the old one's files go.
     new_files = {rel for _, rel in plan["moves"]}
-    output_dir.delete_existing([_join(cfg.output, rel) for rel in plan["old_files"] if rel not in new_files])
+    doomed = [rel for rel in plan["old_files"] if rel not in new_files]
+    output_dir.delete_dataset_files(cfg.output, doomed, listed_in=plan_path)
     output_dir.remove_temp_dir(cfg.tmp_dir)
     for name in plan["empty_splits"]:
         logger.warning("split %r received no records; it is recorded in %s with none", name, metadata_path)
@@ -114,6 +115,7 @@ def _commit_plan(cfg: JobConfig, shards: list, stats: ConversionStats, quarantin
     old = set()
     if FileSystems.exists(metadata_path):
         old = set(output_dir.dataset_files(contract.DatasetInfo.from_json(output_dir.read_text(metadata_path))))
+        output_dir.refuse_undeletable(cfg.output, sorted(old), listed_in=metadata_path)
     # New files never take an old file's name, so the old dataset stays whole until the swap.
     tag = cfg.job_id[:8]
 

@@ -366,3 +366,102 @@ def test_an_empty_split_is_recorded_as_a_warning(tmp):
     assert info.warnings == ("split 'eval' received no records",)
     stored = json.load(open(out / contract.METADATA_FILENAME))
     assert stored["warnings"] == ["split 'eval' received no records"]
+
+
+# --- every deletion goes through one guard: names a conversion writes, inside --output ----
+
+
+def _edit_metadata(out, edit) -> None:
+    path = out / contract.METADATA_FILENAME
+    info = json.loads(open(path).read())
+    edit(info)
+    write_text(path, json.dumps(info))
+
+
+def _snapshot(root) -> dict:
+    return {
+        os.path.relpath(os.path.join(d, f), root): open(os.path.join(d, f), "rb").read()
+        for d, _, fs in os.walk(root)
+        for f in fs
+    }
+
+
+_OUTSIDE = "<outside>"
+
+
+@pytest.mark.parametrize(
+    "listed",
+    ["../victim.txt", _OUTSIDE, contract.METADATA_FILENAME, ".", "quarantine", "quarantine/../../victim.txt"],
+)
+def test_overwrite_refuses_a_quarantine_entry_the_job_did_not_write_and_deletes_nothing(tmp, listed):
+    out = tmp / "out"
+    run_convert(
+        "--source", "csv", "--input", _csv(tmp, "v1", [1, 2, "x"]), "--output", out, "--max_bad_fraction", "0.5"
+    )
+    victim = write_text(tmp / "victim.txt", "the user's own data")
+    listed = victim if listed == _OUTSIDE else listed
+    _edit_metadata(out, lambda d: d["quarantine"]["files"].append({"path": listed, "records": 1}))
+    before = _snapshot(tmp)
+    with pytest.raises(ConversionError, match=rf"names {re.escape(repr(listed))} as a file of the dataset.*nothing"):
+        run_convert("--source", "csv", "--input", _csv(tmp, "v2", [4]), "--output", out, "--overwrite")
+    after = _snapshot(tmp)
+    assert {k: v for k, v in after.items() if not k.startswith("in/v2")} == before
+
+
+def test_overwrite_refuses_an_old_shard_name_holding_a_pattern(tmp):
+    # Beam's FileSystems.delete takes each path for a glob: 'train-*' would match the new shards.
+    out = tmp / "out"
+    run_convert("--source", "csv", "--input", _csv(tmp, "v1", [1, 2, 3]), "--output", out)
+    os.rename(out / "train-00000-of-00001.tfrecord", out / "train-*.tfrecord")
+    _edit_metadata(out, lambda d: d["splits"][0]["shards"][0].update(filename="train-*.tfrecord"))
+    with pytest.raises(ConversionError, match=r"names 'train-\*\.tfrecord' as a file of the dataset"):
+        run_convert("--source", "csv", "--input", _csv(tmp, "v2", [4]), "--output", out, "--overwrite")
+    assert sorted(os.listdir(out)) == ["dataset_info.json", "train-*.tfrecord"]
+
+
+@pytest.mark.parametrize("entry", ["old_files", "moves"])
+def test_recovering_an_abandoned_commit_refuses_paths_outside_the_dataset(tmp, entry):
+    out = tmp / "out"
+    run_convert("--source", "csv", "--input", _csv(tmp, "v1", [1, 2, 3]), "--output", out)
+    victim = write_text(tmp / "victim.txt", "the user's own data")
+    metadata = json.loads(open(out / contract.METADATA_FILENAME).read())
+    if entry == "old_files":  # a commit that had swapped the metadata: its old files go
+        plan = {"moves": [], "metadata": json.dumps(metadata), "old_files": ["../victim.txt"]}
+    else:  # a commit that had not: the files it moved in go
+        metadata["source"]["job"] = "another"
+        plan = {"moves": [["x", "../victim.txt"]], "metadata": json.dumps(metadata), "old_files": []}
+    temp = _marker(out, "0123456789ab", pid=_dead_pid())
+    write_text(os.path.join(temp, output_dir.COMMIT_FILE), json.dumps(plan))
+    with pytest.raises(ConversionError, match=r"commit\.json names '\.\./victim\.txt' as a file of the dataset"):
+        run_convert("--source", "csv", "--input", _csv(tmp, "v2", [4]), "--output", out, "--overwrite")
+    assert open(victim).read() == "the user's own data" and os.path.isdir(temp)
+    assert _values(out) == [1, 2, 3]
+
+
+def test_a_temp_dir_named_by_a_pattern_is_refused_and_no_other_temp_dir_is_touched(tmp):
+    out = tmp / "out"
+    _marker(out, "*", pid=_dead_pid())  # _ingest_tmp-*: as a pattern it names every temp dir
+    live = _marker(out, "live0000")
+    before = _snapshot(live)
+    with pytest.raises(ConversionError, match=r"_ingest_tmp-\*/, a conversion temp dir without a readable job\.json"):
+        run_convert("--source", "csv", "--input", _csv(tmp, "v1", [1]), "--output", out)
+    assert _snapshot(live) == before
+
+
+def test_a_dead_jobs_temp_dir_is_removed_without_following_its_links(tmp):
+    out = tmp / "out"
+    elsewhere = write_text(tmp / "elsewhere" / "keep.txt", "the user's own data")
+    temp = _marker(out, "0123456789ab", pid=_dead_pid())
+    os.symlink(tmp / "elsewhere", os.path.join(temp, "fragments", "link"))
+    run_convert("--source", "csv", "--input", _csv(tmp, "v1", [1]), "--output", out)
+    assert not os.path.exists(temp) and open(elsewhere).read() == "the user's own data"
+
+
+def test_a_literal_pattern_matches_its_path_alone():
+    from apache_beam.io.filesystem import FileSystem
+
+    path = "gs://b/ds/train-*?[x]{y}.tfrecord"
+    regex = re.compile(FileSystem.translate_pattern(output_dir._literal_pattern(path)))
+    assert regex.fullmatch(path)
+    assert not regex.fullmatch("gs://b/ds/train-00000-of-00001x.tfrecord")
+    assert not regex.fullmatch("gs://b/ds/train-ab[x]{y}.tfrecord")

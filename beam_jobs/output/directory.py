@@ -16,11 +16,14 @@ import dataclasses
 import json
 import logging
 import os
+import re
+import shutil
 import socket
 import time
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.io.localfilesystem import LocalFileSystem
 
 from beam_jobs._errors import ConversionError, is_denied, storage_error
 from ingest import contract
@@ -38,7 +41,8 @@ __all__ = [
     "write_text",
     "delete_tree",
     "remove_temp_dir",
-    "delete_existing",
+    "refuse_undeletable",
+    "delete_dataset_files",
 ]
 
 logger = logging.getLogger(__name__)
@@ -132,30 +136,89 @@ def _list(output: str) -> list:
     return sorted(m.path for r in FileSystems.match([pattern]) for m in r.metadata_list if not m.path.endswith("/"))
 
 
-def delete_tree(path: str) -> None:
-    """Deletes every file under `path`, and `path` itself where directories exist."""
-    files = [m.path for r in FileSystems.match([FileSystems.join(path, "**")]) for m in r.metadata_list]
-    if files:
-        FileSystems.delete(files)
-    if FileSystems.exists(path):  # local directories; object stores have none
-        FileSystems.delete([path])
+# --- deleting: only what a conversion provably wrote, each path literally -------------
+
+# The names Finalize gives the files it moves into a dataset (`fresh` may add "-<job tag>"
+# before the extension). Metadata can be edited or forged, so a name it lists is deleted
+# only if it is one of these: never a path outside the directory, a directory, the
+# metadata itself, a temp dir, or a pattern.
+_WRITTEN_NAME = re.compile(
+    r"(?:[A-Za-z][A-Za-z0-9_]*-\d{5}-of-\d{5}(?:-[0-9a-f]{1,12})?\.tfrecord(?:\.gz)?"
+    rf"|{contract.QUARANTINE_DIRNAME}/part-\d{{5}}-of-\d{{5}}(?:-[0-9a-f]{{1,12}})?\.jsonl)"
+)
+_GLOB_CHARS = re.compile(r"[*?\[\]{}]")
+
+
+def refuse_undeletable(output: str, rels, *, listed_in: str) -> None:
+    """Raises OutputError naming the first of `rels` (paths relative to `output`, read
+    from `listed_in`) that is not a name a conversion writes; deletes nothing."""
+    for rel in rels:
+        if not isinstance(rel, str) or not _WRITTEN_NAME.fullmatch(rel):
+            raise OutputError(
+                f"{listed_in} names {rel!r} as a file of the dataset in {output}, but no conversion writes that "
+                "name (only shards such as train-00000-of-00004.tfrecord and quarantine/part-*.jsonl); the job "
+                f"deletes nothing it cannot prove it wrote, so nothing was deleted. Restore {listed_in} from the "
+                "conversion that wrote it, remove the entry, or choose another --output"
+            )
+
+
+def delete_dataset_files(output: str, rels, *, listed_in: str) -> None:
+    """The one way a job deletes files of a dataset: the old dataset's after a swap, or
+    what a dead job had moved in. All are checked before any is deleted."""
+    rels = list(rels)
+    refuse_undeletable(output, rels, listed_in=listed_in)
+    _delete_literally([p for p in (FileSystems.join(output, rel) for rel in rels) if FileSystems.exists(p)])
+
+
+def _is_local(path: str) -> bool:
+    return isinstance(FileSystems.get_filesystem(path), LocalFileSystem)
+
+
+def _literal_pattern(path: str) -> str:
+    """`path` as a Beam match pattern that matches it alone (a class of one character
+    quotes a metacharacter: Beam's patterns have no escape)."""
+    return re.sub(r"[*?\[]", lambda m: f"[{m.group()}]", path)
+
+
+def _delete_literally(paths) -> None:
+    """Deletes exactly these files. `FileSystems.delete` would take each path for a
+    pattern, and remove a local directory with everything below it."""
+    local = [p for p in paths if _is_local(p)]
+    for path in local:
+        if os.path.isdir(path) and not os.path.islink(path):
+            raise OutputError(f"{path} is a directory where the job wrote a file; nothing in it was deleted")
+        os.remove(path)
+    remote = [_literal_pattern(p) for p in paths if p not in local]
+    if remote:
+        FileSystems.delete(remote)
+
+
+def _files_under(path: str) -> list:
+    pattern = FileSystems.join(_literal_pattern(path), "**")
+    return [m.path for r in FileSystems.match([pattern]) for m in r.metadata_list if not m.path.endswith("/")]
+
+
+def delete_tree(temp_dir: str) -> None:
+    """Deletes a temp dir this job created or proved a conversion's (its marker names it).
+    Locally without following links out of it; on object stores, its objects literally."""
+    if _is_local(temp_dir):
+        if os.path.lexists(temp_dir):
+            shutil.rmtree(temp_dir)
+        return
+    _delete_literally(_files_under(temp_dir))
 
 
 def remove_temp_dir(temp_dir: str) -> None:
     """Deletes a job's temp dir with its marker last, so that a kill part-way leaves a
     dir a rerun still recognises as that job's."""
     marker = FileSystems.join(temp_dir, JOB_FILE)
-    files = [m.path for r in FileSystems.match([FileSystems.join(temp_dir, "**")]) for m in r.metadata_list]
-    rest = [p for p in files if p != marker]
-    if rest:
-        FileSystems.delete(rest)
+    if _is_local(temp_dir):
+        for entry in os.scandir(temp_dir) if os.path.isdir(temp_dir) else ():
+            if entry.name != JOB_FILE:
+                (shutil.rmtree if entry.is_dir(follow_symlinks=False) else os.remove)(entry.path)
+    else:
+        _delete_literally([p for p in _files_under(temp_dir) if p != marker])
     delete_tree(temp_dir)
-
-
-def delete_existing(paths) -> None:
-    present = [p for p in paths if FileSystems.exists(p)]
-    if present:
-        FileSystems.delete(present)
 
 
 def dataset_files(info: contract.DatasetInfo) -> list:
@@ -207,13 +270,15 @@ def _recover(temp_dir: str, output: str, current: contract.DatasetInfo | None) -
     commit_path = FileSystems.join(temp_dir, COMMIT_FILE)
     if FileSystems.exists(commit_path):
         plan = json.loads(read_text(commit_path))
+        moved = [rel for _, rel in plan["moves"]]
+        refuse_undeletable(output, [*plan["old_files"], *moved], listed_in=commit_path)
         listed = set(dataset_files(current)) if current is not None else set()
         planned = contract.DatasetInfo.from_json(plan["metadata"])
         committed = current is not None and current.source.get("job") == planned.source.get("job")
         # Committed: the old files it meant to delete. Not committed: the files it had
         # already moved into place, which no metadata lists.
-        doomed = plan["old_files"] if committed else [rel for _, rel in plan["moves"]]
-        delete_existing([FileSystems.join(output, rel) for rel in doomed if rel not in listed])
+        doomed = plan["old_files"] if committed else moved
+        delete_dataset_files(output, [rel for rel in doomed if rel not in listed], listed_in=commit_path)
         logger.info("%s the commit of an abandoned job in %s", "finished" if committed else "undid", temp_dir)
     remove_temp_dir(temp_dir)
 
@@ -243,17 +308,23 @@ def _claim(output: str, overwrite: bool, job_id: str, stale_after_s: float, runn
     files = _list(output)
     now = time.time()
     current = _read_metadata(output)
-    temp_dirs = _temp_dirs(output, files)
-    for temp_dir, its_files in sorted(temp_dirs.items()):
+    if current is not None:
+        metadata_path = FileSystems.join(output, contract.METADATA_FILENAME)
+        refuse_undeletable(output, dataset_files(current), listed_in=metadata_path)
+    dead = []
+    for temp_dir, its_files in sorted(_temp_dirs(output, files).items()):
         marker = _marker(temp_dir, its_files)
-        if marker is None:
+        name = temp_dir.rsplit("/", 1)[-1]
+        if marker is None or name != contract.TEMP_PREFIX + marker.job_id or _GLOB_CHARS.search(name):
             raise OutputError(
-                f"{output} holds {temp_dir}/, a conversion temp dir without a readable {JOB_FILE} (left by an "
-                "older version of ingest, or not by ingest): the job will not delete what it cannot prove it "
-                "wrote; remove that directory yourself, or choose another --output"
+                f"{output} holds {temp_dir}/, a conversion temp dir without a readable {JOB_FILE} naming it (left "
+                "by an older version of ingest, or not by ingest): the job will not delete what it cannot prove "
+                "it wrote; remove that directory yourself, or choose another --output"
             )
         if marker.alive(now=now, stale_after_s=stale_after_s):
             raise OutputError(_busy_message(output, marker, temp_dir, stale_after_s))
+        dead.append(temp_dir)
+    for temp_dir in dead:
         _recover(temp_dir, output, current)
     if current is not None and not overwrite:
         raise OutputError(
