@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import apache_beam as beam
 import numpy as np
@@ -107,6 +108,47 @@ def test_values_beyond_the_stored_type_are_quarantined_not_bent(tmp):
     assert info.quarantine["records"] == 2
     reasons = sorted(b["reason"] for b in quarantine_lines(tmp / "ds"))
     assert "beyond int64's range" in reasons[0] + reasons[1] and "float32" in reasons[0] + reasons[1]
+
+
+def test_a_list_mixing_ints_and_floats_keeps_every_int_or_is_quarantined(tmp):
+    rows = [{"id": i, "v": [i, 0.5]} for i in range(300)]
+    rows[3]["v"] = [16777217, 0.5]  # 2**24 + 1: float32 would store 16777216.0
+    rows[4]["v"] = (np.int64(2**40 + 1), 1.5)
+    info = _write(rows, tmp / "ds", max_bad_fraction=0.01)
+    assert {f.name: (f.dtype, f.shape) for f in info.features}["v"] == ("float32", (None,))
+    assert info.quarantine["records"] == 2
+    reasons = sorted(b["reason"] for b in quarantine_lines(tmp / "ds"))
+    assert re.search(r"16777217 is not exact in float32", reasons[1]) and "1099511627777" in reasons[0]
+    stored = {r["id"][0]: r["v"] for r in read_examples(tmp / "ds")}
+    assert 3 not in stored and 4 not in stored and stored[299] == [299.0, 0.5]
+    # Lists whose ints float32 cannot hold: int64 for the ints, the floats' rows quarantined.
+    big = [{"id": i, "v": [2**40 + i, 7]} for i in range(300)] + [{"id": 300, "v": [0.5, 1]}]
+    info = _write(big, tmp / "big", max_bad_fraction=0.01)
+    assert {f.name: f.dtype for f in info.features}["v"] == "int64" and info.quarantine["records"] == 1
+    assert {r["id"][0]: r["v"] for r in read_examples(tmp / "big")}[5] == [2**40 + 5, 7]
+
+
+def test_bools_are_stored_as_int64_from_dicts_and_record_batches(tmp):
+    rows = [
+        {"id": i, "flag": i % 2 == 0, "flags": [True, bool(i % 3)], "np_flag": np.bool_(i % 5 == 0), "x": 0.5}
+        for i in range(100)
+    ]
+    rows[7]["x"] = True  # a bool among floats: 1.0
+    info = _write(rows, tmp / "dicts")
+    assert {f.name: (f.dtype, f.shape) for f in info.features} == {
+        "id": ("int64", ()),
+        "flag": ("int64", ()),
+        "flags": ("int64", (None,)),
+        "np_flag": ("int64", ()),
+        "x": ("float32", ()),
+    }
+    got = {r["id"][0]: r for r in read_examples(tmp / "dicts")}
+    assert got[4]["flag"] == [1] and got[5]["flag"] == [0] and got[4]["flags"] == [1, 1] and got[3]["flags"] == [1, 0]
+    assert got[10]["np_flag"] == [1] and got[11]["np_flag"] == [0] and got[7]["x"] == [1.0]
+    batch = pa.record_batch({"id": pa.array(range(4)), "flag": pa.array([True, False, None, True])})
+    info = _write([batch], tmp / "batches")
+    assert {f.name: f.dtype for f in info.features}["flag"] == "int64"
+    assert {r["id"][0]: r.get("flag") for r in read_examples(tmp / "batches")} == {0: [1], 1: [0], 2: None, 3: [1]}
 
 
 def test_beam_rows_missing_labels_and_label_checks(tmp):

@@ -3,9 +3,10 @@
 Nothing is known before the data is seen, so types come from a first pass, as for CSV:
 each column's values are counted by kind, and the decision keeps every value whole:
 
-- one kind: that type (bool and int: int64; float: float32; str and bytes: bytes; lists
-  of one kind: variable-length lists of it);
-- ints and floats: float32 if float32 holds every int exactly;
+- one kind: that type (bool and int: int64, a bool as 0 or 1; float: float32; str and
+  bytes: bytes; lists of one kind: variable-length lists of it);
+- ints and floats, as values or within lists: float32 if float32 holds every int exactly
+  (an int it does not hold quarantines its row);
 - otherwise the most common kind, when the others are at most `max_bad_fraction` of the
   column's values (their rows are quarantined, `type`); else the job fails naming the
   column and its kinds.
@@ -111,7 +112,7 @@ class RowsSource(Source):
                     counts = kinds.setdefault(name, {})
                     if kind is not None:
                         counts[kind] = counts.get(kind, 0) + 1
-                    if kind == "int64" and _not_exact_in_float32(v):
+                    if kind in _HOLDS_INTS and any(map(_inexact_int, v if kind.startswith("list") else [v])):
                         inexact[name] = inexact.get(name, 0) + 1
                     size += _BYTES_PER_VALUE + (len(v) if isinstance(v, (str, bytes)) else 8)
         yield {"kinds": kinds, "inexact": inexact, "where": where, "bytes": size}
@@ -225,6 +226,18 @@ class RowsSource(Source):
         return cols, bad, bad_mask
 
 
+# Kinds whose values may hold Python ints (a list mixing ints and floats is 'list of float32').
+_HOLDS_INTS = ("int64", "list of int64", "list of float32")
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _inexact_int(x) -> bool:
+    return _is_int(x) and _not_exact_in_float32(x)
+
+
 def _not_exact_in_float32(v) -> bool:
     v = int(v)
     if abs(v) <= _FLOAT32_EXACT:
@@ -237,11 +250,12 @@ def _arrow_type(dtype: str, shape: tuple) -> pa.DataType:
 
 
 def _stored(v, dtype: str):
+    """`v` as Arrow takes it for the column's type (`_unfit` has checked it fits exactly):
+    bools as 0/1, ints of a float column as floats, text as UTF-8."""
     if v is None:
         return None
-    if dtype == "bytes":
-        return [_as_bytes(x) for x in v] if isinstance(v, (list, tuple, np.ndarray)) else _as_bytes(v)
-    return list(v) if isinstance(v, (tuple, np.ndarray)) else v
+    as_type = _as_bytes if dtype == "bytes" else int if dtype == "int64" else float
+    return [as_type(x) for x in v] if isinstance(v, (list, tuple, np.ndarray)) else as_type(v)
 
 
 def _as_bytes(x):
@@ -259,10 +273,11 @@ def _unfit(v, dtype: str, shape: tuple) -> str | None:
         return None
     if _family(element) != dtype and not (dtype == "float32" and element == "int64"):
         return f"{v!r} is {element}, but the column holds {_describe(dtype, shape)}"
-    for x in v if shape != () else [v]:
-        if element == "int64" and not _INT64[0] <= int(x) <= _INT64[1]:
+    # Each int on its own: a list mixing ints and floats is 'list of float32' as a whole.
+    for x in filter(_is_int, v if shape != () else [v]):
+        if not _INT64[0] <= int(x) <= _INT64[1]:
             return f"{x} is beyond int64's range"
-        if dtype == "float32" and element == "int64" and _not_exact_in_float32(x):
+        if dtype == "float32" and _not_exact_in_float32(x):
             return f"{x} is not exact in float32, the column's type"
     return None
 
