@@ -110,7 +110,9 @@ def make_dataset(
             created (e.g. a Keras model's `optimizer.iterations`, restored by
             `BackupAndRestore` before fit creates its iterator). It seeks: earlier windows
             are not read. Needs a `seed` (the order must be the one the stream started
-            in) and the blocks layout's seekable order.
+            in) and the blocks layout's seekable order. With finite `num_epochs` the
+            stream ends where it would have (an int start leaves the remaining batches as
+            the cardinality; a variable's, read later, leaves it unknown).
         deterministic: deliver elements in a fixed order. None: exactly when a `seed` is
             given (out-of-order delivery is faster).
 
@@ -166,7 +168,8 @@ def make_dataset(
 
     Returns:
         A `tf.data.Dataset` with its cardinality set when it is known (finite epochs, no
-        skipping, no service), prefetching, with tuned `tf.data.Options`.
+        skipping, no service, no `start_batch` variable), prefetching, with tuned
+        `tf.data.Options`.
     """
     req = _request.build(
         path,
@@ -300,10 +303,13 @@ def _finished(
     `rows`: what this pipeline reads per epoch, when known.
     """
     opts = req.options
-    if req.num_epochs is not None and req.checks_counts and rows is not None:
+    # A start_batch read from a variable is known only when an iterator is made: the
+    # count of what remains is then unknown to the graph.
+    static_start = req.start_batch is None or isinstance(req.start_batch, int)
+    if req.num_epochs is not None and req.checks_counts and rows is not None and static_start:
         total = rows * req.num_epochs
         batches = _tuning.batches(total, req.batch_size, drop_remainder=req.drop_remainder)
-        ds = ds.apply(tf.data.experimental.assert_cardinality(batches))
+        ds = ds.apply(tf.data.experimental.assert_cardinality(max(batches - (req.start_batch or 0), 0)))
     if req.preprocess is not None:
         ds = ds.map(
             req.preprocess,

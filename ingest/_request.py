@@ -300,10 +300,17 @@ class ScaledStart:
 
 
 def read_start(start) -> tf.Tensor:
-    """start_batch as an int64 scalar; a variable is read now (call it when an iterator is made)."""
-    if isinstance(start, ScaledStart):
-        return start.read()
-    return tf.cast(tf.convert_to_tensor(start), tf.int64)
+    """start_batch as an int64 scalar; a variable is read now (call it when an iterator is made).
+
+    A variable's value is checked then: a negative one would seek before the stream.
+    """
+    name = "start_step" if isinstance(start, ScaledStart) else "start_batch"
+    value = start.read() if isinstance(start, ScaledStart) else tf.cast(tf.convert_to_tensor(start), tf.int64)
+    check = tf.debugging.assert_non_negative(
+        value, message=f"{name} must be >= 0 (read from its variable when the iterator was made)"
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(value)
 
 
 def _decoded_images(info, path, features, image: ImageOptions | None) -> ImageOptions | None:

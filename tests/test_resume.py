@@ -226,6 +226,47 @@ def test_start_batch_from_a_variable_is_read_when_the_iterator_is_created(datase
     assert _uninterrupted(ds, 10) == whole[30:]
 
 
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_start_batch_with_finite_epochs_yields_the_rest_of_the_stream(dataset, epochs):
+    kwargs = dict(batch_size=BATCH, num_epochs=epochs, seed=11)
+    whole = [_ids(b) for b in ingest.make_dataset(dataset, **kwargs)]
+    assert len(whole) == epochs * EPOCH
+    for start in (5, epochs * EPOCH - 1, epochs * EPOCH, epochs * EPOCH + 3):
+        ds = ingest.make_dataset(dataset, start_batch=start, **kwargs)
+        assert int(ds.cardinality()) == max(epochs * EPOCH - start, 0)
+        assert [_ids(b) for b in ds] == whole[start:]
+    position = tf.Variable(0, dtype=tf.int64)
+    ds = ingest.make_dataset(dataset, start_batch=position, **kwargs)
+    position.assign(7)
+    assert [_ids(b) for b in ds] == whole[7:]
+
+
+@pytest.mark.parametrize("how", ["make_dataset", "distribute"])
+def test_a_negative_start_read_from_a_variable_is_refused(dataset, how):
+    position = tf.Variable(0, dtype=tf.int64)
+    kwargs = dict(batch_size=BATCH, num_epochs=None, seed=11)
+    if how == "make_dataset":
+        ds, name = ingest.make_dataset(dataset, start_batch=position, **kwargs), "start_batch"
+    else:
+        strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+        kwargs["global_batch_size"] = kwargs.pop("batch_size")
+        ds, name = ingest.distribute(strategy, dataset, start_step=position, **kwargs), "start_step"
+    position.assign(-3)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=rf"{name} must be >= 0"):
+        next(iter(ds))
+
+
+def test_more_pipelines_or_partitions_than_blocks_are_refused_when_built(dataset):
+    blocks = sum(s.blocks for s in ingest.load_info(dataset).split("train").shards)
+    assert 4 < blocks < 40  # in 4 shards
+    kwargs = dict(batch_size=BATCH, num_epochs=None, seed=1)
+    with pytest.raises(ValueError, match=rf"canonical_pipelines=64 is more than the split.s {blocks} blocks"):
+        ingest.make_dataset(dataset, **kwargs, options=ingest.ReadOptions(canonical_pipelines=64))
+    ctx = tf.distribute.InputContext(num_input_pipelines=40, input_pipeline_id=39)
+    with pytest.raises(ValueError, match=rf"num_input_pipelines=40 is more than the split's {blocks} blocks"):
+        ingest.make_dataset(dataset, **kwargs, input_context=ctx)
+
+
 def test_start_batch_is_refused_where_it_cannot_seek(dataset):
     with pytest.raises(ValueError, match=r"start_batch needs a seed"):
         ingest.make_dataset(dataset, batch_size=BATCH, start_batch=3)

@@ -45,7 +45,9 @@ def canonical_batches(req: Request, index: BlockIndex) -> tuple:
     share = len(mine)
     streams, rows = [], 0
     for partition in mine:
-        blocks = pipeline_blocks(index, num_pipelines=canonical, pipeline_id=partition)
+        blocks = pipeline_blocks(
+            index, num_pipelines=canonical, pipeline_id=partition, setting="ReadOptions.canonical_pipelines"
+        )
         part = dataclasses.replace(req, batch_size=req.batch_size // share, seed=_partition_seed(req.seed, partition))
         streams.append(seekable_block_batches(part, blocks))
         rows += int(blocks.rows.sum())
