@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+# Tests run on both cores (pytest-xdist); each worker is a process of its own, and every
+# server a test needs (GCS emulator, tf.data service) binds a free loopback port.
+PYTEST_WORKERS ?= 2
 
 .PHONY: run test test-fast lint bench clean
 
@@ -27,15 +30,17 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 run: $(VENV)/.installed-run
 	$(BIN)/python -m benchmarks.main_job --out out/main
 
+# Every test (slow end-to-end ones included) with Hypothesis' full example counts: what CI runs.
 test: $(VENV)/.installed-test lint
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --durations=15 $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# The working loop: tests not marked slow, a tenth of the property-test examples.
 test-fast: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	INGEST_HYPOTHESIS=fast $(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m "not slow" --durations=10 $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed-test
 	@# `bench` is `all` (installed by `test`) plus tfx-bsl, which may not install here.

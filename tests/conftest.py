@@ -26,6 +26,17 @@ except RuntimeError:
     pass
 
 from beam_jobs import convert  # noqa: E402
+
+# Property tests run their full example counts in `make test` (CI) and a tenth in
+# `make test-fast` (INGEST_HYPOTHESIS=fast), the working loop.
+_FAST_PROPERTIES = os.environ.get("INGEST_HYPOTHESIS") == "fast"
+
+
+def examples(n: int) -> int:
+    """Hypothesis' max_examples for a property test that runs `n` in the full tier."""
+    return max(10, n // 10) if _FAST_PROPERTIES else n
+
+
 from ingest import contract  # noqa: E402
 
 

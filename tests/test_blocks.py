@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from ingest.blocks.parse import parse_blocks, permute_rows
 from ingest.contract import FeatureSpec
+from tests.conftest import examples
 
 _KIND = {"int64": "int64_list", "float32": "float_list", "bytes": "bytes_list"}
 _NUMPY = {"int64": np.int64, "float32": np.float32, "bytes": object}
@@ -140,7 +141,7 @@ def _schemas(draw):
     return specs, rates
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     schema=_schemas(),
     n=st.integers(0, 300),

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from beam_jobs.sources import readers
-from tests.conftest import quarantine_lines, read_examples, run_convert, write_text
+from tests.conftest import examples, quarantine_lines, read_examples, run_convert, write_text
 
 
 def _run(src, out, *args):
@@ -304,7 +304,7 @@ _LINES = st.lists(
 _STRUCTURED = _LINES.map(lambda lines: "".join(",".join(cells) + eol for cells, eol in lines).encode())
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(
     st.one_of(_NOISE, _STRUCTURED),
     st.booleans(),

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from beam_jobs.sources import readers
 from beam_jobs.sources.csv_ranges import RangeFile, decide_ranges, plan_ranges, scan_range
-from tests.conftest import quarantine_lines, read_examples, run_convert
+from tests.conftest import examples, quarantine_lines, read_examples, run_convert
 
 _FIELD = st.one_of(
     st.text(alphabet="abc xyz1", max_size=6),
@@ -42,7 +42,7 @@ def _read_range(data: bytes, start: int, end: int) -> bytes:
     return b"" if f.empty else f.read(1 << 30) + f.read(1 << 30)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_csv_bytes(), st.integers(1, 80))
 def test_ranges_partition_the_file_at_line_ends(data, split):
     ranges = plan_ranges(len(data), split)
@@ -52,7 +52,7 @@ def test_ranges_partition_the_file_at_line_ends(data, split):
     assert all(piece.endswith(b"\n") for piece in read[:-1])  # cut only after a newline
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(_csv_bytes(), st.integers(1, 60))
 def test_rows_read_by_ranges_equal_the_whole_file(tmp_path_factory, data, split):
     path = tmp_path_factory.mktemp("r") / "x.csv"
@@ -76,7 +76,7 @@ def _rows(path, header, fmt, byte_range, bad=None):
     return out
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(_csv_bytes(stray_quotes=True), st.integers(1, 60))
 def test_lines_with_an_unclosed_quote_are_set_aside_alike_by_ranges_and_whole(tmp_path_factory, data, split):
     # By default every newline ends a record, so a stray quote never stops the split.
@@ -95,7 +95,7 @@ def test_lines_with_an_unclosed_quote_are_set_aside_alike_by_ranges_and_whole(tm
             assert lines[row - 1].rstrip(b"\r").decode() == raw
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(_csv_bytes(newlines_in_quotes=True), st.integers(1, 40))
 def test_a_newline_inside_quotes_means_the_file_is_read_whole(tmp_path_factory, data, split):
     path = tmp_path_factory.mktemp("q") / "x.csv"

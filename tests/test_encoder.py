@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from beam_jobs.encode import scatter
 from beam_jobs.encode.examples import encode_batch
 from beam_jobs.encode.tfrecord import TFRecordError, iter_frames
+from tests.conftest import examples
 
 _I64 = st.integers(-(2**63), 2**63 - 1)
 _F32 = st.floats(width=32, allow_nan=True, allow_infinity=True)
@@ -92,7 +93,7 @@ def _records(columns, n, framed):
     return records
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(_batches(), st.booleans())
 def test_encoded_records_equal_protobuf_encoding(batch, framed):
     columns, n = batch
@@ -108,7 +109,7 @@ def test_encoded_records_equal_protobuf_encoding(batch, framed):
     tf.io.parse_example(records, specs)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(_batches(), st.sampled_from(["streamed", "gathered"]))
 @example(([("e", "bytes", pa.array([[], None], pa.large_list(pa.large_binary())))], 2), "streamed")  # no values
 def test_each_way_of_laying_out_values_gives_protobufs_bytes(batch, way):

@@ -17,6 +17,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from beam_jobs.sources import column_types
+from tests.conftest import examples
 
 _INT = re.compile(r"[+-]?\d+", re.ASCII)
 _FLOAT = re.compile(r"[+-]?((\d+\.?\d*|\.\d+)(e[+-]?\d+)?|inf|infinity|nan)", re.ASCII | re.IGNORECASE)
@@ -94,7 +95,7 @@ _pure = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.one_of(_columns, _pure))
 @example([b"1.5", b"2", b"0.25"])  # a column of decimals with one integer among them
 @example([b"eta", b"alpha", b"1"])
@@ -105,7 +106,7 @@ def test_inference_counts_every_cell_as_a_reference_reads_it(cells):
     assert column_types.count_types(batch)["c"] == _reference_counts(cells)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.one_of(_columns, _pure), st.sampled_from(["int64", "float32"]))
 @example([b"eta", b"12", None], "int64")
 @example([b" 1e3 ", b"tea", b"-0.0"], "float32")
