@@ -41,13 +41,18 @@ def _joined(*batches):
 def canonical_batches(req: Request, index: BlockIndex) -> tuple:
     """This pipeline's batches, joined from its canonical partitions; and the rows it reads per epoch."""
     canonical = req.options.canonical_pipelines
+    if canonical > len(index):
+        # Each partition must read blocks: an empty one would give no batch to join.
+        raise ValueError(
+            f"ReadOptions.canonical_pipelines={canonical} is more than the split's {len(index)} blocks in "
+            f"{len(index.files)} shard(s): each partition reads whole blocks, so some would read nothing. Use at "
+            "most that many, or reconvert with a smaller --block_rows"
+        )
     mine = range(req.pipeline_id, canonical, req.num_pipelines)
     share = len(mine)
     streams, rows = [], 0
     for partition in mine:
-        blocks = pipeline_blocks(
-            index, num_pipelines=canonical, pipeline_id=partition, setting="ReadOptions.canonical_pipelines"
-        )
+        blocks = pipeline_blocks(index, num_pipelines=canonical, pipeline_id=partition)
         part = dataclasses.replace(req, batch_size=req.batch_size // share, seed=_partition_seed(req.seed, partition))
         streams.append(seekable_block_batches(part, blocks))
         rows += int(blocks.rows.sum())

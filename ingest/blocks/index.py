@@ -136,14 +136,11 @@ def index_split(path: str, split: contract.SplitInfo, block_rows: int, *, thread
     )
 
 
-def pipeline_blocks(
-    index: BlockIndex, *, num_pipelines: int, pipeline_id: int, setting: str = "input_context.num_input_pipelines"
-) -> BlockIndex:
+def pipeline_blocks(index: BlockIndex, *, num_pipelines: int, pipeline_id: int) -> BlockIndex:
     """The blocks input pipeline `pipeline_id` of `num_pipelines` reads.
 
     Whole shards, dealt round robin, when there are at least as many shards as pipelines
-    (each pipeline opens only its own files); otherwise blocks dealt round robin, which
-    needs a block for every pipeline: refused otherwise, naming `setting` (what set the count).
+    (each pipeline opens only its own files); otherwise blocks dealt round robin.
     """
     if num_pipelines <= 1:
         return index
@@ -151,10 +148,4 @@ def pipeline_blocks(
         raise ValueError(f"input pipeline id {pipeline_id} is out of range for {num_pipelines} pipelines")
     if len(index.files) >= num_pipelines:
         return index.take(np.flatnonzero(index.file_of % num_pipelines == pipeline_id))
-    if len(index) < num_pipelines:
-        raise ValueError(
-            f"{setting}={num_pipelines} is more than the split's {len(index)} blocks in {len(index.files)} shard(s): "
-            f"each pipeline reads whole blocks, so some would read nothing. Use at most {len(index)}, or reconvert "
-            f"with a smaller --block_rows or --num_shards >= {num_pipelines}"
-        )
     return index.take(np.arange(pipeline_id, len(index), num_pipelines))
