@@ -224,7 +224,9 @@ def make_dataset(
                 "skip_corrupt or service, and ReadOptions(seekable_order=True) (the default)"
             )
     if seeks:
-        index = block_index.index_split(req.path, req.split, req.info.block_rows)
+        index = block_index.index_split(
+            req.path, req.split, req.info.block_rows, content=str(req.info.source.get("job", ""))
+        )
         if req.options.canonical_pipelines is not None:
             ds, rows = canonical.canonical_batches(req, index)
             return _finished(ds, req, rows, symbolic_checkpoint=True)

@@ -139,6 +139,40 @@ def test_two_input_pipelines_each_resume_and_together_read_every_row_once(datase
     assert not set(sum(stream[0], [])) & set(sum(stream[1], []))
 
 
+def _fixed_layout(root, values, *args) -> str:
+    """One shard of 32-row blocks whose byte layout depends on the row order only through
+    the shuffle: ids take 1 or 2 varint bytes, and every block's payload stays under 128 bytes."""
+    table = pa.table({"id": np.arange(2000), "v": np.full(2000, values, np.int64)})
+    return convert_table(root, table, "--num_shards", "1", "--block_rows", "32", *args)
+
+
+def test_a_checkpoint_of_a_dataset_laid_out_alike_is_refused(tmp_path):
+    a, b = _fixed_layout(tmp_path / "a", 1), _fixed_layout(tmp_path / "b", 2)
+    shards = [ingest.load_info(d).split("train").shards[0] for d in (a, b)]
+    assert (shards[0].filename, shards[0].bytes) == (shards[1].filename, shards[1].bytes)
+    it = iter(ingest.make_dataset(a, batch_size=BATCH, seed=1))
+    next(it)
+    prefix = tf.train.Checkpoint(iterator=it).write(str(tmp_path / "ckpt"))
+    other = iter(ingest.make_dataset(b, batch_size=BATCH, seed=1))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"restored from a checkpoint of another dataset"):
+        tf.train.Checkpoint(iterator=other).read(prefix)
+        next(other)
+
+
+def test_a_dataset_reconverted_in_place_is_read_at_its_new_block_offsets(tmp_path):
+    path = _fixed_layout(tmp_path, 1, "--seed", "1")
+    before = ingest.load_info(path).split("train").shards[0]
+    first = open(os.path.join(path, before.filename), "rb").read()
+    assert sorted(sum((_ids(b) for b in ingest.make_dataset(path, batch_size=BATCH, seed=1)), [])) == list(range(2000))
+    for seed in ("2", "3"):  # the second --overwrite gives the shard its first name back
+        _fixed_layout(tmp_path, 1, "--seed", seed, "--overwrite")
+    after = ingest.load_info(path).split("train").shards[0]
+    assert (after.filename, after.bytes) == (before.filename, before.bytes)
+    assert open(os.path.join(path, after.filename), "rb").read() != first  # other block boundaries
+    ds = ingest.make_dataset(path, batch_size=BATCH, seed=1)
+    assert sorted(sum((_ids(b) for b in ds), [])) == list(range(2000))
+
+
 def test_a_checkpoint_of_another_batch_size_or_dataset_is_refused(dataset, tmp_path):
     it = iter(ingest.make_dataset(dataset, batch_size=BATCH, seed=1))
     next(it)

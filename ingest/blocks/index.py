@@ -42,6 +42,9 @@ class BlockIndex:
     lengths: np.ndarray  # [blocks] int64: bytes of the block's frame, header and CRCs included
     rows: np.ndarray  # [blocks] int64: rows in the block
     block_in_shard: np.ndarray  # [blocks] int64: the block's position in its shard, for error messages
+    # Which conversion wrote the blocks (its job id): two conversions may lay out blocks
+    # alike (names, offsets, rows) and still hold other rows.
+    content: str = ""
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -55,11 +58,12 @@ class BlockIndex:
             self.lengths[positions],
             self.rows[positions],
             self.block_in_shard[positions],
+            self.content,
         )
 
     def fingerprint(self) -> int:
-        """A 62-bit digest of the blocks (names, offsets, rows): what a checkpoint must find again."""
-        h = hashlib.sha256()
+        """A 62-bit digest of the blocks (conversion, names, offsets, rows): what a checkpoint must find again."""
+        h = hashlib.sha256(self.content.encode() + b"\0")
         for name in self.files:
             h.update(name.rsplit("/", 1)[-1].encode() + b"\0")
         for array in (self.file_of, self.offsets, self.lengths, self.rows):
@@ -105,8 +109,10 @@ def _scan(path: str, blocks: int) -> np.ndarray:
     return offsets
 
 
-def _offsets(path: str, blocks: int, size_hint: int) -> np.ndarray:
-    key = (path, blocks, size_hint)
+def _offsets(path: str, blocks: int, size_hint: int, content: str) -> np.ndarray:
+    # A dataset reconverted in place may keep its shard names and sizes with other block
+    # boundaries: the conversion's id is part of the key.
+    key = (path, blocks, size_hint, content)
     with _cache_lock:
         hit = _offsets_cache.get(key)
     if hit is None:
@@ -116,13 +122,18 @@ def _offsets(path: str, blocks: int, size_hint: int) -> np.ndarray:
     return hit
 
 
-def index_split(path: str, split: contract.SplitInfo, block_rows: int, *, threads: int = 16) -> BlockIndex:
-    """Every block of `split`, shard by shard, with its byte offset (scanned) and rows (from the metadata)."""
+def index_split(
+    path: str, split: contract.SplitInfo, block_rows: int, *, content: str = "", threads: int = 16
+) -> BlockIndex:
+    """Every block of `split`, shard by shard, with its byte offset (scanned) and rows (from the metadata).
+
+    `content`: the id of the conversion that wrote them (`contract.DatasetInfo.source["job"]`).
+    """
     shards = split.shards
     files = tuple(f"{path}/{s.filename}" for s in shards)
     with ThreadPoolExecutor(max(1, min(threads, len(shards)))) as pool:
         offsets = list(
-            pool.map(lambda i: _offsets(files[i], shards[i].blocks or 0, shards[i].bytes), range(len(files)))
+            pool.map(lambda i: _offsets(files[i], shards[i].blocks or 0, shards[i].bytes, content), range(len(files)))
         )
     counts = [s.blocks or 0 for s in shards]
     empty = np.zeros(0, np.int64)
@@ -133,6 +144,7 @@ def index_split(path: str, split: contract.SplitInfo, block_rows: int, *, thread
         np.concatenate([np.diff(o) for o in offsets]) if offsets else empty,
         np.concatenate([block_rows_of(s, block_rows) for s in shards]) if shards else empty,
         np.concatenate([np.arange(c, dtype=np.int64) for c in counts]) if shards else empty,
+        content,
     )
 
 
