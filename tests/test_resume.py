@@ -163,14 +163,15 @@ def test_a_dataset_reconverted_in_place_is_read_at_its_new_block_offsets(tmp_pat
     path = _fixed_layout(tmp_path, 1, "--seed", "1")
     before = ingest.load_info(path).split("train").shards[0]
     first = open(os.path.join(path, before.filename), "rb").read()
-    assert sorted(sum((_ids(b) for b in ingest.make_dataset(path, batch_size=BATCH, seed=1)), [])) == list(range(2000))
+    # Runs of one block: each read starts at its block's own offset.
+    kwargs = dict(batch_size=BATCH, seed=1, options=ingest.ReadOptions(block_run=32))
+    assert sorted(sum((_ids(b) for b in ingest.make_dataset(path, **kwargs)), [])) == list(range(2000))
     for seed in ("2", "3"):  # the second --overwrite gives the shard its first name back
         _fixed_layout(tmp_path, 1, "--seed", seed, "--overwrite")
     after = ingest.load_info(path).split("train").shards[0]
     assert (after.filename, after.bytes) == (before.filename, before.bytes)
     assert open(os.path.join(path, after.filename), "rb").read() != first  # other block boundaries
-    ds = ingest.make_dataset(path, batch_size=BATCH, seed=1)
-    assert sorted(sum((_ids(b) for b in ds), [])) == list(range(2000))
+    assert sorted(sum((_ids(b) for b in ingest.make_dataset(path, **kwargs)), [])) == list(range(2000))
 
 
 def test_a_checkpoint_of_another_batch_size_or_dataset_is_refused(dataset, tmp_path):
