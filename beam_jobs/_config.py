@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from beam_jobs._errors import ConversionError
-from beam_jobs._job_options import JobOptions
+from beam_jobs._job_options import DEFAULT_BLOCK_ROWS, JobOptions
 from beam_jobs.output import shard_plan
 from beam_jobs.sources import Source
 from ingest import contract
@@ -60,7 +60,7 @@ class JobConfig:
             max_bad_fraction=opts.max_bad_fraction,
             overwrite=opts.overwrite,
             layout=layout,
-            block_rows=opts.block_rows if layout == "blocks" else None,
+            block_rows=(opts.block_rows or DEFAULT_BLOCK_ROWS) if layout == "blocks" else None,
             statistics=opts.statistics,
         )
 
@@ -125,5 +125,10 @@ def layout_for(opts: JobOptions, source: type) -> str:
     if layout not in source.layouts:
         raise ConversionError(
             f"--layout {layout} does not apply to --source {source.format}: it is written as {source.layouts[0]}"
+        )
+    if opts.block_rows is not None and layout != "blocks":
+        raise ConversionError(
+            f"--block_rows applies to --layout blocks, but this job writes --layout {layout} (one "
+            "tf.train.Example per row): drop --block_rows, or pass --layout blocks"
         )
     return layout

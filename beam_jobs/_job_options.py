@@ -9,7 +9,7 @@ from beam_jobs._errors import ConversionError
 from beam_jobs.output import directory as output_dir
 from beam_jobs.output import shard_plan
 
-__all__ = ["JobOptions", "DEFAULT_BLOCK_ROWS"]
+__all__ = ["JobOptions", "DEFAULT_BLOCK_ROWS", "MAX_BLOCK_ROWS"]
 
 # Rows per block of the blocks layout (docs/block_format.md). Measured (benchmarks.block_rows,
 # 500k rows): at the runtime's 65k-row windows, throughput is flat from 256 to 4096 rows
@@ -18,6 +18,10 @@ __all__ = ["JobOptions", "DEFAULT_BLOCK_ROWS"]
 # 0.051%). 1024 keeps mixing within 10% of ideal with few, large records for other
 # readers. The window, not K, sets the parse granularity, so K does not follow row width.
 DEFAULT_BLOCK_ROWS = 1024
+# The runtime parses blocks in windows of >= 65,536 rows (ingest._tuning.WINDOW_ROWS) and
+# holds a window's rows in memory: a larger block would make each window its size (a
+# billion-row block: 7.8 GB and no batch), so a block holds at most one window's rows.
+MAX_BLOCK_ROWS = 1 << 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +40,7 @@ class JobOptions:
     overwrite: bool = False
     stale_job_hours: float = output_dir.DEFAULT_STALE_HOURS
     layout: str | None = None  # "rows" | "blocks"; None: the source's default
-    block_rows: int = DEFAULT_BLOCK_ROWS
+    block_rows: int | None = None  # rows per block of the blocks layout; None: DEFAULT_BLOCK_ROWS
     statistics: bool = True  # per-feature statistics in the metadata; ~5% of the conversion's time
 
     def __post_init__(self):
@@ -50,8 +54,11 @@ class JobOptions:
             raise ConversionError(f"--stale_job_hours must be positive, got {self.stale_job_hours}")
         if self.layout not in (None, "rows", "blocks"):
             raise ConversionError(f"--layout must be rows or blocks, got {self.layout!r}")
-        if self.block_rows < 1:
-            raise ConversionError(f"--block_rows must be at least 1, got {self.block_rows}")
+        if self.block_rows is not None and not 1 <= self.block_rows <= MAX_BLOCK_ROWS:
+            raise ConversionError(
+                f"--block_rows must be in [1, {MAX_BLOCK_ROWS}] (a block is parsed within one window of the "
+                f"runtime's, held in memory), got {self.block_rows}"
+            )
         if self.compression not in ("none", "gzip"):
             raise ConversionError(f"--compression must be none or gzip, got {self.compression!r}")
 

@@ -12,6 +12,7 @@ Flags follow Beam's spelling (`--num_shards`); dashed forms (`--num-shards`) wor
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import sys
 import time
@@ -23,7 +24,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, TypeOptions
 from beam_jobs import _in_process
 from beam_jobs._config import JobConfig, layout_for
 from beam_jobs._errors import ConversionError
-from beam_jobs._job_options import DEFAULT_BLOCK_ROWS, JobOptions
+from beam_jobs._job_options import DEFAULT_BLOCK_ROWS, MAX_BLOCK_ROWS, JobOptions
 from beam_jobs._pipeline import ConvertToTFRecords
 from beam_jobs.output import directory as output_dir
 from beam_jobs.output import shard_plan
@@ -31,7 +32,7 @@ from beam_jobs.sources import ADAPTER_FOR_FORMAT
 from beam_jobs.sources.base import flag
 from ingest import contract
 
-__all__ = ["main", "run", "build_parser", "ConversionError"]
+__all__ = ["main", "run", "build_parser", "refuse_unknown_flags", "ConversionError"]
 
 logger = logging.getLogger("beam_jobs.convert")
 
@@ -40,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m beam_jobs.convert",
         description="Convert CSV, Parquet or image files into sharded TFRecords of tf.train.Example "
-        "with a metadata file the ingest runtime reads. Unknown flags are Beam pipeline options "
+        "with a metadata file the ingest runtime reads. Other flags must be Beam pipeline options "
         "(--runner, --direct_running_mode, --project, ...).",
     )
     flag(p, "source", required=True, choices=sorted(ADAPTER_FOR_FORMAT), help="input format")
@@ -98,7 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
         "docs/block_format.md), or one Example per row (rows: for TFX, TFDV and other tf.Example readers); "
         "default: blocks (images: rows)",
     )
-    flag(p, "block_rows", type=int, default=DEFAULT_BLOCK_ROWS, help="rows per block of the blocks layout")
+    flag(
+        p,
+        "block_rows",
+        type=int,
+        help=f"rows per block of the blocks layout (default {DEFAULT_BLOCK_ROWS}, at most {MAX_BLOCK_ROWS})",
+    )
     p.add_argument(
         "--statistics",
         dest="statistics",
@@ -172,9 +178,30 @@ def pipeline_options(beam_args: list) -> PipelineOptions:
     return options
 
 
+def refuse_unknown_flags(beam_args: list, parser: argparse.ArgumentParser) -> None:
+    """Refuses what is neither the job's flag nor a Beam pipeline option. Beam only logs
+    'Unparseable argument' for it, so a misspelt flag (--lable y) ran without its effect."""
+    beam_parsers = []  # Beam's own parser of every pipeline option, as PipelineOptions builds it
+    PipelineOptions(beam_args).get_all_options(add_extra_args_fn=beam_parsers.append)
+    _, unknown = beam_parsers[0].parse_known_args(beam_args)
+    if not unknown:
+        return
+    flags = [a.split("=", 1)[0] for a in unknown if a.startswith("-")]
+    if not flags:
+        raise ConversionError(f"unexpected argument {unknown[0]!r}: every value follows its flag (see --help)")
+    known = [o for p in (parser, beam_parsers[0]) for a in p._actions for o in a.option_strings]
+    close = difflib.get_close_matches(flags[0], known, n=1)
+    raise ConversionError(
+        f"unknown flag {flags[0]}" + (f" (did you mean {close[0]}?)" if close else "") + ": it is neither a "
+        "flag of python -m beam_jobs.convert (see --help) nor a Beam pipeline option"
+    )
+
+
 def run(argv=None) -> contract.DatasetInfo | None:
     """Runs a conversion; returns the written metadata, or None if the runner did not run it here."""
-    args, beam_args = build_parser().parse_known_args(argv)
+    parser = build_parser()
+    args, beam_args = parser.parse_known_args(argv)
+    refuse_unknown_flags(beam_args, parser)
     options = pipeline_options(beam_args)
     # Launch-time listing and checks use the same filesystem options (credentials, --no_auth) as the job.
     FileSystems.set_options(options)
@@ -216,6 +243,7 @@ def summary_table(info: contract.DatasetInfo, elapsed: float) -> str:
     for s in info.splits:
         lines.append(f"| {s.name} | {s.records} | {len(s.shards)} | {s.bytes / 2**20:.1f} |")
     lines.append("")
+    lines.append(f"label: {info.label or 'none'}")
     lines.append(
         f"{rows} {unit} read, {info.quarantine.get('records', 0)} quarantined"
         f" ({', '.join(f'{k}: {v}' for k, v in info.quarantine.get('reasons', {}).items()) or 'none'}),"

@@ -20,7 +20,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_jobs._config import JobConfig
-from beam_jobs._job_options import DEFAULT_BLOCK_ROWS, JobOptions
+from beam_jobs._job_options import JobOptions
 from beam_jobs._pipeline import ConvertToTFRecords
 from beam_jobs.output import directory as output_dir
 from beam_jobs.output import shard_plan
@@ -83,8 +83,9 @@ class WriteDataset(beam.PTransform):
       statistics: record per-feature statistics in the metadata (`ingest describe`,
         `ingest.feature_space`); they cost ~5% of the conversion's time.
       layout, block_rows: "blocks" (the default: up to `block_rows` rows per
-        tf.train.Example, column by column; docs/block_format.md) or "rows" (one
-        tf.train.Example per row, for TFX, TFDV and other tf.Example readers).
+        tf.train.Example, column by column, default 1024, at most 65,536;
+        docs/block_format.md) or "rows" (one tf.train.Example per row, for TFX, TFDV
+        and other tf.Example readers; block_rows is then refused).
     Returns the metadata's JSON text, once written.
     """
 
@@ -105,7 +106,7 @@ class WriteDataset(beam.PTransform):
         overwrite: bool = False,
         stale_job_hours: float = output_dir.DEFAULT_STALE_HOURS,
         layout: str | None = None,
-        block_rows: int = DEFAULT_BLOCK_ROWS,
+        block_rows: int | None = None,
         statistics: bool = True,
         batch_rows: int = 4096,
     ):

@@ -141,8 +141,7 @@ def ensure_dataset(
                 str(shards),
                 "--layout",
                 layout,
-                "--block_rows",
-                str(block_rows),
+                *(["--block_rows", str(block_rows)] if layout == "blocks" else []),
                 "--overwrite",
                 *([] if shuffle else ["--no_shuffle"]),
             ]

@@ -98,8 +98,14 @@ def test_images_and_bad_values_are_refused(tmp):
     ):
         run_convert("--source", "images", "--input", tmp / "none", "--output", tmp / "o", "--layout", "blocks")
     src = write_text(tmp / "a.csv", "a\n1\n")
-    with pytest.raises(ConversionError, match=r"--block_rows must be at least 1"):
-        run_convert("--source", "csv", "--input", src, "--output", tmp / "o", "--layout", "blocks", "--block_rows", "0")
+    for rows in ("0", "65537", "1000000000"):
+        with pytest.raises(ConversionError, match=rf"--block_rows must be in \[1, 65536\] .*got {rows}"):
+            run_convert("--source", "csv", "--input", src, "--output", tmp / "o", "--block_rows", rows)
+    with pytest.raises(ConversionError, match=r"--block_rows applies to --layout blocks, but .* --layout rows"):
+        run_convert("--source", "csv", "--input", src, "--output", tmp / "o", "--layout", "rows", "--block_rows", "64")
+    with pytest.raises(ConversionError, match=r"--block_rows must be in \[1, 65536\]"):
+        WriteDataset(str(tmp / "o"), block_rows=10**9)
+    assert not os.path.exists(tmp / "o")
 
 
 def test_make_dataset_reads_a_converted_blocks_dataset_as_it_reads_rows(tmp):

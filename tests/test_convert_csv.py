@@ -149,6 +149,31 @@ def test_missing_label_rows_are_quarantined(tmp):
     assert [b["kind"] for b in quarantine_lines(tmp / "out")] == ["missing_label"]
 
 
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--lable", "a"], r"unknown flag --lable \(did you mean --label\?\)"),
+        (["--no_shufle"], r"unknown flag --no_shufle \(did you mean --no_shuffle\?\)"),
+        (["--direct_runing_mode=in_memory"], r"unknown flag --direct_runing_mode \(did you mean --direct_running_mode"),
+        (["--zzzz"], r"unknown flag --zzzz: it is neither a flag of python -m beam_jobs\.convert .* nor a Beam"),
+        (["stray"], r"unexpected argument 'stray'"),
+    ],
+)
+def test_a_flag_that_is_neither_the_jobs_nor_beams_is_refused_before_anything_runs(tmp, argv, message):
+    src = write_text(tmp / "a.csv", "a,b\n1,2\n")
+    with pytest.raises(ConversionError, match=message):
+        run_convert("--source", "csv", "--input", src, "--output", tmp / "out", *argv)
+    assert not os.path.exists(tmp / "out")
+
+
+def test_beam_options_pass_and_the_summary_names_the_label(tmp, capsys):
+    src = write_text(tmp / "a.csv", "a,b\n1,2\n3,4\n")
+    run_convert("--source", "csv", "--input", src, "--output", tmp / "one", "--label", "b", "--job_name", "t1")
+    assert "label: b" in capsys.readouterr().out
+    run_convert("--source", "csv", "--input", src, "--output", tmp / "two", "--direct_num_workers", "1")
+    assert "label: none" in capsys.readouterr().out
+
+
 def test_no_matching_input_is_an_error_before_running(tmp):
     with pytest.raises(ConversionError, match=r"no files match --input .*nothing-\*\.csv"):
         run_convert("--source", "csv", "--input", tmp / "nothing-*.csv", "--output", tmp / "out")
@@ -310,8 +335,7 @@ def test_the_commit_shuffles_each_shard_and_keeps_every_record(tmp, layout):
         tmp / "merged",
         "--layout",
         layout,
-        "--block_rows",
-        "100",
+        *(["--block_rows", "100"] if layout == "blocks" else []),
     )  # a few runs per shard: interleaved
     values = [r["a"][0] for r in read_examples(tmp / "merged")]
     assert sorted(values) == list(range(5000)) and values != sorted(values)

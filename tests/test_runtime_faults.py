@@ -31,7 +31,7 @@ def source(tmp_path_factory, request):
     src = write_text(root / "in" / "a.csv", "id,x\n" + "".join(f"{i},{i / 4}\n" for i in range(N)))
     run_convert(
         "--source", "csv", "--input", src, "--output", root / "ds", "--num_shards", SHARDS,
-        "--layout", request.param, "--block_rows", 16,
+        "--layout", request.param, *(["--block_rows", 16] if request.param == "blocks" else []),
     )  # fmt: skip
     return str(root / "ds")
 
