@@ -9,7 +9,7 @@ from beam_jobs._errors import ConversionError
 from beam_jobs.output import directory as output_dir
 from beam_jobs.output import shard_plan
 
-__all__ = ["JobOptions", "DEFAULT_BLOCK_ROWS", "MAX_BLOCK_ROWS"]
+__all__ = ["JobOptions", "DEFAULT_BLOCK_ROWS", "MAX_BLOCK_ROWS", "new_job_id"]
 
 # Rows per block of the blocks layout (docs/block_format.md). Measured (benchmarks.block_rows,
 # 500k rows): at the runtime's 65k-row windows, throughput is flat from 256 to 4096 rows
@@ -22,6 +22,10 @@ DEFAULT_BLOCK_ROWS = 1024
 # holds a window's rows in memory: a larger block would make each window its size (a
 # billion-row block: 7.8 GB and no batch), so a block holds at most one window's rows.
 MAX_BLOCK_ROWS = 1 << 16
+
+
+def new_job_id() -> str:
+    return uuid.uuid4().hex[:12]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,12 +66,12 @@ class JobOptions:
         if self.compression not in ("none", "gzip"):
             raise ConversionError(f"--compression must be none or gzip, got {self.compression!r}")
 
-    def claim_output(self, *, running_here: bool = True) -> str:
+    def claim_output(self, *, running_here: bool = True, job_id: str | None = None) -> str:
         """Claims --output for a new job (`output_dir.claim_output`); returns its temp dir."""
         return output_dir.claim_output(
             self.output,
             overwrite=self.overwrite,
-            job_id=uuid.uuid4().hex[:12],
+            job_id=job_id or new_job_id(),
             stale_after_s=self.stale_job_hours * 3600,
             running_here=running_here,
         )

@@ -12,6 +12,7 @@ says how types are decided), and the same rules for the output directory.
 from __future__ import annotations
 
 import random
+import weakref
 
 import apache_beam as beam
 import pyarrow as pa
@@ -20,13 +21,21 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_jobs._config import JobConfig
-from beam_jobs._job_options import JobOptions
+from beam_jobs._errors import ConversionError
+from beam_jobs._job_options import JobOptions, new_job_id
 from beam_jobs._pipeline import ConvertToTFRecords
 from beam_jobs.output import directory as output_dir
 from beam_jobs.output import shard_plan
 from beam_jobs.sources.rows import RowsSource
 
 __all__ = ["WriteDataset"]
+
+# The outputs each pipeline's WriteDatasets write into (two into one are refused at build).
+_OUTPUTS_OF: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _claim(_, opts: JobOptions, job_id: str) -> str:
+    return opts.claim_output(running_here=False, job_id=job_id)
 
 
 class _ToWorkItems(beam.DoFn):
@@ -42,7 +51,8 @@ class _ToWorkItems(beam.DoFn):
     def start_bundle(self):
         self._rows = []
 
-    def process(self, element):
+    def process(self, element, claimed=None):
+        # `claimed` (the temp dir) is there to order the steps: no row before the claim.
         if isinstance(element, pa.Table):
             for batch in element.to_batches():
                 yield self._item(batch)
@@ -87,6 +97,10 @@ class WriteDataset(beam.PTransform):
         docs/block_format.md) or "rows" (one tf.train.Example per row, for TFX, TFDV
         and other tf.Example readers; block_rows is then refused).
     Returns the metadata's JSON text, once written.
+
+    The output is claimed when the pipeline runs (a pipeline built and not run leaves
+    nothing). Rows of any windowing are written as one dataset (re-windowed into the
+    global window). One WriteDataset per output directory in a pipeline.
     """
 
     def __init__(
@@ -136,9 +150,19 @@ class WriteDataset(beam.PTransform):
 
     def expand(self, rows):
         opts = self._opts
-        # Claimed when the pipeline is built, as the CLI does at launch; a pipeline that
-        # fails leaves its temp dir for the next run to clean up.
-        tmp_dir = opts.claim_output(running_here=False)
+        writers = _OUTPUTS_OF.setdefault(rows.pipeline, set())
+        if opts.output in writers:
+            raise ConversionError(
+                f"this pipeline already has a WriteDataset into {opts.output}: each would take the other's temp "
+                "dir for a dead job's; give each WriteDataset an output of its own"
+            )
+        writers.add(opts.output)
+        # The output is claimed when the pipeline runs, before any row is written (as Beam's
+        # FileBasedSink.initialize_write): a pipeline built and never run leaves nothing.
+        # A pipeline that fails leaves its temp dir for the next run to clean up.
+        job_id = new_job_id()
+        claimed = rows.pipeline | "ClaimOutput" >> beam.Impulse() | beam.Map(_claim, opts, job_id)
+        tmp_dir = output_dir.temp_dir_of(opts.output, job_id)
         source = RowsSource(
             input_pattern=f"{self.label} input",
             columns=self._columns,
@@ -150,7 +174,9 @@ class WriteDataset(beam.PTransform):
         cfg = JobConfig.of(opts, source, tmp_dir=tmp_dir, label=self._label)
         return (
             rows
-            | "WorkItems" >> beam.ParDo(_ToWorkItems(self._batch_rows))
+            # Rows of any windowing are one dataset; batches are cut across windows.
+            | "GlobalWindow" >> beam.WindowInto(beam.window.GlobalWindows())
+            | "WorkItems" >> beam.ParDo(_ToWorkItems(self._batch_rows), beam.pvalue.AsSingleton(claimed))
             # (item index, [dict] | RecordBatch, None)
             | "Convert" >> ConvertToTFRecords(cfg)
         )

@@ -161,13 +161,42 @@ def test_beam_rows_missing_labels_and_label_checks(tmp):
 
 def test_the_output_directory_rules_hold(tmp):
     _write([{"id": 1}], tmp / "ds")
-    with pytest.raises(ConversionError, match=r"already holds a dataset .*overwrite"):
+    with pytest.raises(Exception, match=r"already holds a dataset .*overwrite"):  # refused as it runs
         _write([{"id": 2}], tmp / "ds")
     info = _write([{"id": 2}], tmp / "ds", overwrite=True)
     assert [r["id"] for r in read_examples(tmp / "ds")] == [[2]] and info.split("train").records == 1
     assert sorted(os.listdir(tmp / "ds")) == sorted(["dataset_info.json", info.split("train").shards[0].filename])
     with pytest.raises(ConversionError, match=r"--max_bad_fraction must be in \[0, 1\]"):
         WriteDataset(str(tmp / "x"), max_bad_fraction=2)
+
+
+def test_the_output_is_claimed_when_the_pipeline_runs_not_when_it_is_built(tmp):
+    p = beam.Pipeline()
+    _ = p | beam.Create([{"id": 1}]) | WriteDataset(str(tmp / "ds"))
+    assert not os.path.exists(tmp / "ds")  # built, not run: nothing claimed
+    p.run().wait_until_finish()
+    assert sorted(os.listdir(tmp / "ds")) == sorted(["dataset_info.json", "train-00000-of-00001.tfrecord"])
+
+
+def test_windowed_rows_are_written_as_one_dataset(tmp):
+    with TestPipeline() as p:
+        _ = (
+            p
+            | beam.Create([{"id": i, "x": i * 0.5} for i in range(300)])
+            | beam.Map(lambda r: beam.window.TimestampedValue(r, r["id"]))
+            | beam.WindowInto(beam.window.FixedWindows(10))
+            | WriteDataset(str(tmp / "ds"))
+        )
+    assert sorted(r["id"][0] for r in read_examples(tmp / "ds")) == list(range(300))
+
+
+def test_two_writers_into_one_output_are_refused_when_built(tmp):
+    p = beam.Pipeline()
+    rows = p | beam.Create([{"id": 1}])
+    _ = rows | "A" >> WriteDataset(str(tmp / "ds"))
+    with pytest.raises(ConversionError, match=r"already has a WriteDataset into .*ds: .*an output of its own"):
+        _ = rows | "B" >> WriteDataset(str(tmp / "ds/"))
+    _ = rows | "C" >> WriteDataset(str(tmp / "other"))  # another output is fine
 
 
 def test_shard_counts_are_planned_from_the_data_or_given(tmp, monkeypatch):

@@ -35,6 +35,7 @@ __all__ = [
     "JobMarker",
     "OutputError",
     "claim_output",
+    "temp_dir_of",
     "release",
     "dataset_files",
     "read_text",
@@ -283,6 +284,11 @@ def _recover(temp_dir: str, output: str, current: contract.DatasetInfo | None) -
     remove_temp_dir(temp_dir)
 
 
+def temp_dir_of(output: str, job_id: str) -> str:
+    """Where job `job_id` writes until its Finalize: DIR/_ingest_tmp-<job>/."""
+    return FileSystems.join(output, contract.TEMP_PREFIX + job_id)
+
+
 def claim_output(output: str, *, overwrite: bool, job_id: str, stale_after_s: float, running_here: bool = True) -> str:
     """Checks `output` can take a new dataset, cleans up after dead jobs, and creates
     this job's temp dir with its marker. Returns the temp dir. `running_here`: the caller
@@ -340,7 +346,7 @@ def _claim(output: str, overwrite: bool, job_id: str, stale_after_s: float, runn
             "the job only writes into an empty directory or one holding a dataset it made, and never deletes "
             "other files: move them away, or choose another --output"
         )
-    temp_dir = FileSystems.join(output, contract.TEMP_PREFIX + job_id)
+    temp_dir = temp_dir_of(output, job_id)
     marker = JobMarker.new(job_id)
     if running_here:
         _RUNNING_HERE.add(job_id)
