@@ -32,7 +32,7 @@ def _die() -> None:
 
 def _arm(point: str) -> None:
     write_text, rename = output_dir.write_text, FileSystems.rename
-    delete_existing, delete_tree = output_dir.delete_existing, output_dir.delete_tree
+    delete_dataset_files, delete_tree = output_dir.delete_dataset_files, output_dir.delete_tree
 
     def writing(path, text):
         if point == "before_swap" and path.endswith("/" + contract.METADATA_FILENAME):
@@ -47,10 +47,10 @@ def _arm(point: str) -> None:
             _die()
         rename(sources, destinations)
 
-    def deleting_old(paths):
+    def deleting_old(output, rels, *, listed_in):
         if point == "after_swap":
             _die()
-        delete_existing(paths)
+        delete_dataset_files(output, rels, listed_in=listed_in)
 
     def deleting_tree(path):
         if point == "mid_cleanup":
@@ -59,7 +59,7 @@ def _arm(point: str) -> None:
 
     output_dir.write_text = writing
     FileSystems.rename = staticmethod(renaming)
-    output_dir.delete_existing = deleting_old
+    output_dir.delete_dataset_files = deleting_old
     output_dir.delete_tree = deleting_tree
 
 
