@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -545,3 +547,32 @@ def test_a_checkpoint_after_a_corrupt_block_was_skipped_resumes_to_the_next_batc
     it2 = iter(make())
     tf.train.Checkpoint(it=it2).restore(saved)
     assert [r for x, _ in it2 for r in x["id"].numpy().tolist()] == full[10 * 64 :]
+
+
+_ITERATE_AND_FIT = """
+import sys
+import numpy as np, pyarrow as pa, tensorflow as tf
+import ingest
+from tests.conftest import convert_table
+
+path = convert_table(sys.argv[1], pa.table({"x": np.arange(3000.0), "y": np.arange(3000) % 3}), "--label", "y")
+for _ in range(2):
+    for batch in ingest.make_dataset(path, batch_size=256, seed=1):
+        pass
+model = tf.keras.Sequential([tf.keras.layers.Dense(3)])
+model.compile("sgd", "sparse_categorical_crossentropy")
+ds = ingest.make_dataset(path, batch_size=256, seed=1).map(lambda f, y: (tf.stack([f["x"]], 1), y))
+model.fit(ds, epochs=2, verbose=0)
+print("done")
+"""
+
+
+def test_iterating_the_default_pipeline_and_fitting_on_it_log_no_tf_data_warning(tmp_path):
+    # TensorFlow logs from C++ to the process' stderr, at its default level (conftest hides them).
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0", "PYTHONPATH": os.getcwd()}
+    run = subprocess.run(
+        [sys.executable, "-c", _ITERATE_AND_FIT, str(tmp_path)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert run.returncode == 0 and "done" in run.stdout, run.stderr[-3000:]
+    warnings = [line for line in run.stderr.splitlines() if re.match(r"W\d{4} .*dataset", line) or "stateful" in line]
+    assert not warnings, warnings

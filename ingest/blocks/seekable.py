@@ -46,6 +46,7 @@ __all__ = ["seekable", "seekable_block_batches", "window_rows"]
 
 logger = logging.getLogger(__name__)
 
+_PASSES = 1 << 30  # pass numbers drawn per iterator
 _FOREVER = 2**62  # windows in an endless stream (repeated, so the cardinality is infinite)
 _MAX_READ_BUFFER = 4 << 20  # a reader's buffer: a run's bytes, up to this
 
@@ -386,11 +387,13 @@ def seekable_block_batches(req: Request, index: BlockIndex) -> tf.data.Dataset:
 
     # Each new iterator over the dataset is a new pass (as with tf.data's
     # reshuffle_each_iteration: Keras iterates a finite dataset anew every epoch), whose
-    # number comes from a counter, drawn once per iterator. The scan's state keeps the
-    # pass, the seed and the fingerprint: a checkpoint restores them (tf.data restores a
-    # flat_map's inner iterator by replaying its position, not its state, so the scan
-    # stands outside it).
-    passes = tf.Variable(tf.constant(-1, tf.int64), trainable=False, name="ingest_passes")
+    # number is drawn once per iterator from a random dataset seeded by the seed, so the
+    # passes of a seed are the same in every run. (A variable's assign_add, the counter
+    # this replaces, is an op tf.data warns of three times per iterator.) The scan's state
+    # keeps the pass, the seed and the fingerprint: a checkpoint restores them (tf.data
+    # restores a flat_map's inner iterator by replaying its position, not its state, so
+    # the scan stands outside it).
+    passes = tf.data.Dataset.random(seed=seed % 2**31, rerandomize_each_iteration=True).take(1)
     start = req.start_batch
 
     def first_batch():
@@ -414,7 +417,8 @@ def seekable_block_batches(req: Request, index: BlockIndex) -> tf.data.Dataset:
         state = (seed, saved_fingerprint, tf.where(kept_pass < 0, this_pass, kept_pass))
         return state, state + (w, drop)
 
-    ds = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).map(lambda _: (passes.assign_add(1), first_batch()))
+    # A pass number of 30 bits: _key keeps it apart from the epoch or window index.
+    ds = passes.map(lambda r: (r % _PASSES, first_batch()))
     ds = ds.flat_map(windows_of_pass)
     if stream is None:
         ds = ds.repeat()  # never repeats (the pass is endless); tells tf.data the cardinality is infinite
