@@ -28,6 +28,20 @@ def _n(v) -> str:
     return f"{v:,}"
 
 
+def percent(part: int, total: int) -> str:
+    """part/total as a percentage that is never 0% or 100% unless it is: one decimal, or
+    rounded up to the first non-zero digit below 0.1% (0.004%)."""
+    if total <= 0 or part <= 0:
+        return "0%" if total > 0 else ""
+    pct = 100 * part / total
+    if part >= total:
+        return "100%"
+    if pct >= 0.1:
+        return f"{min(pct, 99.9):.1f}%"  # 99.97% is not 100%
+    digits = -math.floor(math.log10(pct))
+    return f"{math.ceil(pct * 10**digits) / 10**digits:.{digits}f}%"
+
+
 def _kind(f: contract.FeatureSpec) -> str:
     base = "text" if f.text else f.dtype
     if f.is_scalar:
@@ -37,7 +51,7 @@ def _kind(f: contract.FeatureSpec) -> str:
 
 def _tops(s: FeatureStatistics) -> str:
     total = s.values or s.count
-    shown = ", ".join(f"{t.value!r} {100 * t.count / max(total, 1):.0f}%" for t in s.top[:_TOP_SHOWN])
+    shown = ", ".join(f"{t.value!r} {percent(t.count, total)}" for t in s.top[:_TOP_SHOWN])
     more = "" if s.distinct is None or s.distinct <= _TOP_SHOWN else ", ..."
     return shown + more
 
@@ -58,7 +72,7 @@ def feature_rows(info: contract.DatasetInfo, stats) -> list:
         row = {
             "feature": f.name + (" (label)" if f.name == info.label else ""),
             "type": _kind(f),
-            "missing": f"{100 * s.missing / total:.1f}%" if total else "",
+            "missing": percent(s.missing, total),
             "min": _n(s.min),
             "mean": _n(s.mean),
             "max": _n(s.max),
@@ -130,7 +144,9 @@ def info_path(path: str, rel: str) -> str:
 
 
 def _histogram(s: FeatureStatistics):
-    """Equal-width bars from the recorded percentiles (the CDF is linear between them)."""
+    """Equal-width bars from the recorded quantiles: the CDF is linear between distinct
+    quantiles, and a value several quantiles share (a point mass: a column 82% zeros)
+    counts whole in the bar that holds it."""
     import numpy as np
 
     q = np.asarray(s.quantiles, float)
@@ -139,7 +155,14 @@ def _histogram(s: FeatureStatistics):
         return np.array([lo, lo + 1]), np.array([1.0])
     edges = np.linspace(lo, hi, _BINS + 1)
     ranks = np.linspace(0, 1, len(q))
-    cdf = np.interp(edges, q, ranks)
+    # The share of values <= x (right-continuous): from the last quantile at or below x
+    # to the next one, linearly.
+    above = np.searchsorted(q, edges, side="right")
+    i0, i1 = np.clip(above - 1, 0, len(q) - 1), np.clip(above, 0, len(q) - 1)
+    span = q[i1] - q[i0]
+    t = np.divide(edges - q[i0], span, out=np.zeros_like(edges), where=span > 0)
+    cdf = np.where(above >= len(q), 1.0, ranks[i0] + t * (ranks[i1] - ranks[i0]))
+    cdf[0] = 0.0  # the first bar holds the values at the minimum too
     return edges, np.diff(cdf)
 
 
@@ -174,8 +197,8 @@ def plot(info: contract.DatasetInfo, out: str, split: str | None = None) -> int:
             ax.barh(labels, [100 * t.count / total for t in top], color="#d08838")
             ax.set_xlabel("% of values")
             ax.tick_params(axis="y", labelsize=8)
-        missing = 100 * s.missing / max(s.count + s.missing, 1)
-        title = f"{f.name} ({_kind(f)})" + (f", {missing:.0f}% missing" if s.missing else "")
+        missing = percent(s.missing, s.count + s.missing)
+        title = f"{f.name} ({_kind(f)})" + (f", {missing} missing" if s.missing else "")
         ax.set_title(title + (" [label]" if f.name == info.label else ""), fontsize=10)
     where = f"split {split!r}" if split else "all splits"
     fig.suptitle(f"{sum(s.records for s in info.splits):,} records, {where}", fontsize=12)

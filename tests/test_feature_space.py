@@ -149,3 +149,31 @@ def test_describe_shows_the_quarantine(tmp):
 
     text = _describe.describe(ingest.load_info(path), path)
     assert "Quarantine: 1 records (missing_label 1)" in text
+
+
+def test_describe_histograms_keep_point_masses():
+    from ingest import _describe
+    from ingest.statistics import FeatureStatistics
+
+    rng = np.random.default_rng(0)
+    values = np.where(rng.random(100_000) < 0.82, 0.0, rng.uniform(1, 100, 100_000))  # 82% zeros
+    q = tuple(np.quantile(values, np.linspace(0, 1, 101)))
+    edges, share = _describe._histogram(FeatureStatistics(count=len(values), missing=0, quantiles=q))
+    truth = np.histogram(values, edges)[0] / len(values)
+    assert share.sum() == pytest.approx(1.0)
+    assert share[0] == pytest.approx(truth[0], abs=0.02) and share[0] > 0.8
+    assert np.abs(share - truth).max() < 0.02
+    # A constant column is one bar.
+    edges, share = _describe._histogram(FeatureStatistics(count=5, missing=0, quantiles=(3.0,) * 101))
+    assert share.tolist() == [1.0]
+
+
+@pytest.mark.parametrize(
+    "part, total, shown",
+    [(0, 5, "0%"), (1, 3, "33.3%"), (1, 10_000, "0.01%"), (1, 30_000, "0.004%"), (1, 1000, "0.1%"), (4, 4, "100%")]
+    + [(9999, 10_000, "99.9%"), (1, 0, "")],
+)
+def test_small_shares_are_not_printed_as_zero(part, total, shown):
+    from ingest import _describe
+
+    assert _describe.percent(part, total) == shown
