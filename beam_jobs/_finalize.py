@@ -142,6 +142,8 @@ def _commit_plan(cfg: JobConfig, shards: list, stats: ConversionStats, quarantin
         rel = fresh(f"{contract.QUARANTINE_DIRNAME}/part-{i:05d}-of-{len(quarantine):05d}.jsonl")
         moves.append((q["path"], rel))
         quarantine_files.append({"path": rel, "records": q["records"]})
+    statistics = Statistics.from_json(stats.statistics_json(cfg.split_names)) if cfg.statistics else None
+    classes, label_warnings = _label_classes(cfg.label, features, statistics)
     info = contract.DatasetInfo(
         features=features,
         splits=tuple(splits),
@@ -164,14 +166,27 @@ def _commit_plan(cfg: JobConfig, shards: list, stats: ConversionStats, quarantin
             "files": quarantine_files,
         },
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        labels=cfg.source.vocabulary,
+        labels=cfg.source.vocabulary or classes,
         image=cfg.source.metadata(stats.counters),
-        warnings=tuple(f"split {name!r} received no records" for name in empty),
+        warnings=tuple(f"split {name!r} received no records" for name in empty) + label_warnings,
         layout=cfg.layout,
         block_rows=cfg.block_rows,
-        statistics=Statistics.from_json(stats.statistics_json(cfg.split_names)) if cfg.statistics else None,
+        statistics=statistics,
     )
     return {"moves": moves, "metadata": info.to_json(), "old_files": sorted(old), "empty_splits": empty}
+
+
+def _label_classes(label: str | None, features: tuple, statistics: Statistics | None) -> tuple:
+    """A text label's classes, sorted (the runtime yields each as its index), from its exact
+    statistics; and the warning to record where they cannot be had."""
+    spec = next((f for f in features if f.name == label), None)
+    if spec is None or not (spec.text and spec.is_scalar):
+        return (), ()
+    vocabulary = statistics.feature(label).vocabulary if statistics is not None else None
+    if vocabulary is None:
+        why = "--no_statistics" if statistics is None else "more distinct values than are counted exactly"
+        return (), (f"text label {label!r}: its classes are not recorded ({why}); make_dataset yields it as text",)
+    return tuple(sorted(str(v) for v in vocabulary)), ()
 
 
 def _move_into_place(cfg: JobConfig, moves: list) -> None:

@@ -45,6 +45,7 @@ def make_dataset(
     split: str = "train",
     features=None,
     label=None,
+    label_ids: bool = True,
     shuffle: bool = True,
     seed: int | None = None,
     num_epochs: int | None = 1,
@@ -81,6 +82,9 @@ def make_dataset(
             dataset, naming features reads them raw, without decoding.
         label: the feature yielded apart, as `(features, label)`. None: the label the
             dataset records, if any; False: none (the label stays inside the dict).
+        label_ids: a text label whose classes the conversion recorded
+            (`load_info(path).labels`, sorted) is yielded as its class's index, an int64
+            that `sparse_categorical_crossentropy` takes; False yields the text.
         pad_lengths: {feature: length} for variable-length features to pad (or truncate)
             into dense tensors; the others come as `tf.RaggedTensor`.
         static_shapes: every tensor gets a fully known shape: variable-length features
@@ -178,6 +182,7 @@ def make_dataset(
         batch_size=batch_size,
         features=features,
         label=label,
+        label_ids=label_ids,
         pad_lengths=pad_lengths,
         static_shapes=static_shapes,
         drop_remainder=drop_remainder,

@@ -59,11 +59,17 @@ def label_splitter(req: Request):
     label = req.label
     if label is None:
         return None
+    ids = None
+    if req.label_classes:  # a text label, yielded as the index of its class
+        classes = tf.constant(list(req.label_classes))
+        ids = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(classes, tf.range(len(req.label_classes), dtype=tf.int64)), -1
+        )
 
     def split_label(parsed):
         parsed = dict(parsed)
         y = parsed.pop(label)
-        return parsed, y
+        return parsed, (y if ids is None else ids.lookup(y))
 
     return split_label
 

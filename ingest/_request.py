@@ -8,6 +8,7 @@ metadata and a directory listing, and every default that depends on something el
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import uuid
 from typing import Any, Callable
@@ -22,6 +23,8 @@ __all__ = ["Request", "build", "image_options"]
 
 _CACHE_MODES = (None, "memory", "auto")
 
+logger = logging.getLogger(__name__)
+
 
 @dataclasses.dataclass(frozen=True)
 class Request:
@@ -33,6 +36,7 @@ class Request:
     options: ReadOptions
     features: tuple  # the features parsed, the label included
     label: str | None  # split off the features dict when set
+    label_classes: tuple  # a text label's classes, when it is yielded as their index; else ()
     pad_lengths: dict
     static_shapes: bool
     batch_size: int
@@ -95,6 +99,7 @@ def build(
     batch_size: int = 1,
     features=None,
     label=None,
+    label_ids: bool = True,
     pad_lengths=None,
     static_shapes: bool = False,
     drop_remainder: bool = False,
@@ -181,6 +186,7 @@ def build(
         label = None
     elif label not in names:
         raise ValueError(f"label {label!r} is not a feature of {path}; features: {names}")
+    label_classes = _label_classes(info, label, path) if label_ids else ()
     image = None if raw else _decoded_images(info, path, features, image)
     if image is not None:
         selected = [info.image["feature"]] + ([label] if label is not None else [])
@@ -219,6 +225,7 @@ def build(
         options=options,
         features=tuple(selected),
         label=label,
+        label_classes=label_classes,
         pad_lengths=pad_lengths,
         static_shapes=bool(static_shapes),
         batch_size=batch_size,
@@ -264,6 +271,22 @@ def _check_canonical(canonical: int, *, num_pipelines: int, batch_size: int, see
             "ReadOptions.canonical_pipelines needs num_epochs=None: the partitions can hold different numbers "
             "of rows, and a finite stream of each would end at a different batch"
         )
+
+
+def _label_classes(info: contract.DatasetInfo, label: str | None, path: str) -> tuple:
+    """The classes a text label is yielded as the index of: those the conversion recorded."""
+    spec = next((f for f in info.features if f.name == label), None)
+    if spec is None or not (spec.text and spec.is_scalar):
+        return ()
+    if not info.labels:
+        logger.warning(
+            "label %r of %s is text without recorded classes (converted with --no_statistics, by an older ingest, "
+            "or with more distinct values than are counted exactly): it is yielded as text",
+            label,
+            path,
+        )
+        return ()
+    return tuple(info.labels)
 
 
 def check_start(start, *, name: str, unit: str, seed) -> None:

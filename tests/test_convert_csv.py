@@ -387,3 +387,46 @@ def test_long_runs_log_progress_lines(tmp, caplog, monkeypatch):
         run_convert("--source", "csv", "--input", src, "--output", tmp / "out")
     progress = [r.getMessage() for r in caplog.records if "rows in this worker" in r.getMessage()]
     assert progress and "converted" in progress[0] and "rows/s" in progress[0]
+
+
+def test_a_text_label_is_recorded_with_its_classes_and_yielded_as_class_ids(tmp):
+    import tensorflow as tf
+
+    import ingest
+
+    rng = np.random.default_rng(0)
+    species = rng.choice(["Gentoo", "Adelie", "Chinstrap"], 300)
+    src = write_text(
+        tmp / "p.csv", "id,bill,species\n" + "".join(f"{i},{rng.normal():.3f},{s}\n" for i, s in enumerate(species))
+    )
+    info = run_convert("--source", "csv", "--input", src, "--output", tmp / "ds", "--label", "species")
+    assert info.labels == ingest.load_info(str(tmp / "ds")).labels == ("Adelie", "Chinstrap", "Gentoo")
+    ids, ys = [], []
+    for features, y in ingest.make_dataset(str(tmp / "ds"), batch_size=64, shuffle=False):
+        assert y.dtype == tf.int64
+        ids += features["id"].numpy().tolist()
+        ys += y.numpy().tolist()
+    assert sorted(ids) == list(range(300)) and [info.labels[y] for y in ys] == [species[i] for i in ids]
+    _, text = next(iter(ingest.make_dataset(str(tmp / "ds"), batch_size=8, shuffle=False, label_ids=False)))
+    assert text.dtype == tf.string and set(text.numpy()) <= {b"Adelie", b"Chinstrap", b"Gentoo"}
+    # Keras takes the ids as they come.
+    bill = tf.keras.Input(shape=(), name="bill")
+    model = tf.keras.Model({"bill": bill}, tf.keras.layers.Dense(3, "softmax")(tf.keras.layers.Reshape((1,))(bill)))
+    model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
+    history = model.fit(ingest.make_dataset(str(tmp / "ds"), batch_size=32, features=["bill"]), epochs=2, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+
+
+def test_a_text_label_without_statistics_records_why_it_has_no_classes(tmp, caplog):
+    import logging
+
+    import ingest
+
+    src = write_text(tmp / "p.csv", "x,species\n1,a\n2,b\n3,a\n")
+    info = run_convert(
+        "--source", "csv", "--input", src, "--output", tmp / "ds", "--label", "species", "--no_statistics"
+    )
+    assert info.labels == () and any("text label 'species': its classes are not recorded" in w for w in info.warnings)
+    with caplog.at_level(logging.WARNING, logger="ingest._request"):
+        _, y = next(iter(ingest.make_dataset(str(tmp / "ds"), batch_size=3, shuffle=False)))
+    assert sorted(y.numpy()) == [b"a", b"a", b"b"] and "is yielded as text" in caplog.text
