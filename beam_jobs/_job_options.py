@@ -48,6 +48,8 @@ class JobOptions:
     statistics: bool = True  # per-feature statistics in the metadata; ~5% of the conversion's time
 
     def __post_init__(self):
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
+            raise ConversionError(f"--seed must be an integer in [0, 2**63), got {self.seed!r}")
         if not 0 <= self.max_bad_fraction <= 1:
             raise ConversionError(f"--max_bad_fraction must be in [0, 1], got {self.max_bad_fraction}")
         if self.num_shards is not None and self.num_shards < 1:

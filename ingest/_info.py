@@ -39,6 +39,11 @@ def load_info(path: str) -> contract.DatasetInfo:
     except tf.errors.OpError as e:
         raise DatasetNotFoundError(f"cannot read dataset at {path}: {e.message}") from e
     if not exists:
+        if tf.io.gfile.exists(path):
+            raise DatasetNotFoundError(
+                f"{path} is a file, not a converted dataset: give make_dataset the directory a conversion wrote "
+                f"(it holds {contract.METADATA_FILENAME}); {_HOW_TO_CREATE}"
+            )
         raise DatasetNotFoundError(f"no dataset at {path}: the directory does not exist; {_HOW_TO_CREATE}")
     leftovers = [c for c in children if ".tfrecord" in c or c.startswith(contract.TEMP_PREFIX)]
     if leftovers:

@@ -193,7 +193,7 @@ def build(
     elif features is None:
         selected = list(names)
     else:
-        selected = list(features)
+        selected = [features] if isinstance(features, str) else list(features)  # "id": one name, not letters
         unknown = [f for f in selected if f not in names]
         if unknown:
             raise ValueError(f"features {unknown} do not exist in {path}; features: {names}")
@@ -214,6 +214,11 @@ def build(
         if not isinstance(cache, (str, os.PathLike)):
             raise ValueError(f"cache must be None, 'memory', 'auto' or a file path, got {cache!r}")
         cache = os.fspath(cache)
+        if not os.path.dirname(cache):  # 'mem': a typo of a mode more likely than files in the working directory
+            raise ValueError(
+                f"cache={cache!r} is neither None, 'memory' nor 'auto', and as a file path it names no directory: "
+                "pass a mode, or a path with its directory (e.g. './cache/c' or '/tmp/cache/c')"
+            )
         _check_writable(cache)
     if deterministic is None:
         # Out-of-order delivery is faster; a seed asks for reproducibility.

@@ -174,6 +174,27 @@ def test_beam_options_pass_and_the_summary_names_the_label(tmp, capsys):
     assert "label: none" in capsys.readouterr().out
 
 
+def test_a_directory_as_input_suggests_the_pattern_of_its_files(tmp):
+    write_text(tmp / "in" / "a.csv", "a\n1\n")
+    with pytest.raises(ConversionError, match=r"matches .*in, a directory; give a pattern .* --input '.*in/\*\.csv'"):
+        run_convert("--source", "csv", "--input", tmp / "in", "--output", tmp / "out")
+    assert not os.path.exists(tmp / "out")
+
+
+def test_columns_named_twice_and_seeds_out_of_range_name_their_flag(tmp):
+    from beam_jobs import WriteDataset
+
+    src = write_text(tmp / "a.csv", "a,b\n1,2\n")
+    with pytest.raises(ConversionError, match=r"--columns names \['a'\] more than once"):
+        run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--columns", "a,b,a")
+    for seed in ("-1", str(2**63)):
+        with pytest.raises(ConversionError, match=rf"--seed must be an integer in \[0, 2\*\*63\), got {seed}"):
+            run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--seed", seed)
+    with pytest.raises(ConversionError, match=r"--seed must be an integer"):
+        WriteDataset(str(tmp / "out"), seed=-5)
+    assert not os.path.exists(tmp / "out")
+
+
 def test_no_matching_input_is_an_error_before_running(tmp):
     with pytest.raises(ConversionError, match=r"no files match --input .*nothing-\*\.csv"):
         run_convert("--source", "csv", "--input", tmp / "nothing-*.csv", "--output", tmp / "out")

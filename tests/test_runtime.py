@@ -276,3 +276,24 @@ def test_distribute_per_replica_batches_under_mirrored_strategy(tabular):
     batch = next(iter(ds))
     per_replica = strategy.experimental_local_results(batch[1])
     assert [int(t.shape[0]) for t in per_replica] == [32, 32]
+
+
+def test_a_feature_name_given_as_a_string_is_one_name(tabular):
+    features, _ = next(iter(ingest.make_dataset(tabular, batch_size=4, features="id")))
+    assert list(features) == ["id"]
+
+
+def test_a_file_given_as_the_dataset_is_named_a_file(tmp_path):
+    src = write_text(tmp_path / "a.csv", "a\n1\n")
+    with pytest.raises(ingest.DatasetNotFoundError, match=r"a\.csv is a file, not a converted dataset"):
+        ingest.make_dataset(src, batch_size=4)
+
+
+def test_a_cache_mode_typo_is_refused_not_taken_for_a_file_here(tabular, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"cache='mem' is neither None, 'memory' nor 'auto'"):
+        ingest.make_dataset(tabular, batch_size=4, cache="mem")
+    assert os.listdir(tmp_path) == []
+    os.makedirs("c")
+    ids = _ids(ingest.make_dataset(tabular, batch_size=100, cache="./c/cache", seed=1))
+    assert sorted(ids) == list(range(N)) and os.listdir("c")

@@ -12,6 +12,8 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import json
+import os
+import posixpath
 from typing import ClassVar, Iterator
 
 import apache_beam as beam
@@ -159,8 +161,23 @@ def match_files(pattern: str) -> list:
         raise storage_error("list", "--input", pattern, e) from e
     files = sorted((m.path, m.size_in_bytes) for r in results for m in r.metadata_list)
     if not files:
-        raise ConversionError(f"no files match --input {pattern}")
+        raise ConversionError(f"no files match --input {pattern}" + _glob_hint(pattern, "; it is a directory"))
+    folders = [path for path, _ in files if os.path.isdir(path)]  # a local directory matches itself
+    if folders:
+        raise ConversionError(f"--input {pattern} matches {folders[0]}, a directory" + _glob_hint(folders[0]))
     return files
+
+
+def _glob_hint(pattern: str, prefix: str = "") -> str:
+    """For an --input that names a directory: the pattern of the files in it."""
+    try:
+        listed = [m.path for r in FileSystems.match([FileSystems.join(pattern, "*")]) for m in r.metadata_list]
+    except Exception:  # the plain message stands
+        return ""
+    if not listed:
+        return ""
+    ext = posixpath.splitext(listed[0])[1]
+    return f"{prefix}; give a pattern of the files in it, e.g. --input '{FileSystems.join(pattern, '*' + ext)}'"
 
 
 def first_mismatch(paths, read, what: str, explain=None):
@@ -189,6 +206,9 @@ def select_columns(names: list, args) -> list:
     """The columns to convert: --columns (default all), plus --label and --split_key."""
     if args.columns:
         selected = [c.strip() for c in args.columns.split(",") if c.strip()]
+        twice = sorted({c for c in selected if selected.count(c) > 1})
+        if twice:
+            raise ConversionError(f"--columns names {twice} more than once; name each column once")
         unknown = [c for c in selected if c not in names]
         if unknown:
             raise ConversionError(f"--columns names {unknown}, which the input lacks; its columns: {names}")
