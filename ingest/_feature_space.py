@@ -42,6 +42,9 @@ def default_features(info: contract.DatasetInfo, stats, *, hashing_dim: int = 32
             continue
         vocabulary = s.vocabulary
         few = vocabulary is not None and len(vocabulary) <= ONE_HOT_MAX
+        if f.dtype != "bytes" and not few and s.mean is None:
+            logger.warning("feature %r is left out of the FeatureSpace: it has no finite values to normalize", f.name)
+            continue
         if f.dtype == "bytes":
             specs[f.name] = fs.string_categorical() if few else fs.string_hashed(hashing_dim)
         elif f.dtype == "int64" and few:
@@ -82,6 +85,7 @@ def feature_space(path: str, *, features=None, output_mode: str = "concat", spli
     for name in space._list_adaptable_preprocessors():
         if name not in stats:
             raise ValueError(f"feature {name!r} has no statistics in {path}; features: {sorted(stats)}")
+        _check_kind(name, space.preprocessors[name], info.feature(name))
         _adapt(name, space.preprocessors[name], _with_fill(stats[name], info.feature(name)))
     # What FeatureSpace.adapt does once its layers are adapted.
     space._is_adapted = True
@@ -89,6 +93,32 @@ def feature_space(path: str, *, features=None, output_mode: str = "concat", spli
     space.built = True
     space._sublayers_built = True
     return space
+
+
+def _check_kind(name: str, layer, spec: contract.FeatureSpec) -> None:
+    """Refuses a spec whose preprocessing does not take the feature's values."""
+    layers = _keras().layers
+    kind = "text" if spec.text else spec.dtype
+    takes = {
+        layers.Normalization: ("int64", "float32"),
+        layers.Discretization: ("int64", "float32"),
+        layers.IntegerLookup: ("int64",),
+        layers.StringLookup: ("text",),
+    }
+    for layer_type, kinds in takes.items():
+        if isinstance(layer, layer_type) and kind not in kinds:
+            raise ValueError(
+                f"feature {name!r} holds {kind} values, but its FeatureSpace spec preprocesses with "
+                f"{layer_type.__name__}, which takes {' or '.join(kinds)}: give it a spec for {kind} "
+                f"({_SPEC_FOR.get(kind, 'none fits')})"
+            )
+
+
+_SPEC_FOR = {
+    "text": "string_categorical or string_hashed",
+    "int64": "integer_categorical, float_normalized or float_discretized",
+    "float32": "float_normalized or float_discretized",
+}
 
 
 def _with_fill(s: FeatureStatistics, spec: contract.FeatureSpec) -> FeatureStatistics:

@@ -111,6 +111,32 @@ def test_errors_name_the_problem(dataset):
         ingest.feature_space(dataset, features={"nope": FeatureSpace.float_normalized()})
 
 
+def test_a_spec_of_the_wrong_kind_names_the_feature(dataset):
+    with pytest.raises(
+        ValueError, match=r"feature 'city' holds text values, but its FeatureSpace spec .*Normalization"
+    ):
+        ingest.feature_space(dataset, features={"city": FeatureSpace.float_normalized()})
+    with pytest.raises(ValueError, match=r"feature 'price' holds float32 values, .*StringLookup, which takes text"):
+        ingest.feature_space(dataset, features={"price": FeatureSpace.string_categorical()})
+
+
+def test_default_specs_leave_out_a_number_column_without_values_naming_it(tmp, caplog):
+    import logging
+
+    rng = np.random.default_rng(1)
+    table = pa.table(
+        {
+            "x": rng.random(500),
+            "empty": pa.array([None] * 500, pa.float64()),
+            "y": rng.integers(0, 2, 500),
+        }
+    )
+    path = convert_table(tmp, table, "--label", "y")
+    with caplog.at_level(logging.WARNING, logger="ingest._feature_space"):
+        space = ingest.feature_space(path)
+    assert list(space.features) == ["x"] and "'empty' is left out of the FeatureSpace" in caplog.text
+
+
 # --- describe -------------------------------------------------------------------------------
 
 
