@@ -210,6 +210,24 @@ def test_utf16_input_is_refused_at_launch_naming_the_file_and_the_fix(tmp):
     assert not os.path.exists(tmp / "out")  # refused before the job claimed the directory
 
 
+@pytest.mark.parametrize("encoding", ["latin-1", "cp1252"])
+def test_a_header_in_latin1_or_cp1252_is_refused_naming_the_file_and_the_fix(tmp, encoding):
+    path = tmp / "a.csv"
+    path.write_bytes("café,€uro\n1,2\n".encode(encoding, errors="replace"))
+    with pytest.raises(ValueError, match=r"a\.csv: the header \(line 1\) is not UTF-8 .*iconv -f CP1252 -t UTF-8"):
+        run_convert("--source", "csv", "--input", path, "--output", tmp / "out")
+    assert not os.path.exists(tmp / "out")
+
+
+def test_parquet_given_as_csv_is_named_parquet(tmp):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"a": [1, 2]}), tmp / "data.csv")
+    with pytest.raises(ValueError, match=r"data\.csv is a Parquet file .*use --source parquet"):
+        run_convert("--source", "csv", "--input", tmp / "data.csv", "--output", tmp / "out")
+
+
 def test_truncated_gzip_names_the_file_the_line_and_the_fix(tmp):
     data = gzip.compress(("a,b\n" + "".join(f"{i},{i}\n" for i in range(200_000))).encode())
     path = tmp / "in" / "a.csv.gz"

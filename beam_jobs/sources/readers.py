@@ -155,11 +155,21 @@ def _read_header(blocks, path: str, fmt: CsvFormat):
 
 
 def _header_names(record: bytes, path: str, fmt: CsvFormat, line: int) -> list:
+    if record.startswith(b"PAR1"):
+        raise ValueError(f"input file {path} is a Parquet file (it starts with PAR1), not CSV: use --source parquet")
     if record.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in record:
         raise ValueError(
             f"input file {path} looks UTF-16 (or UTF-32) encoded: its header holds a UTF-16 byte-order mark or NUL "
             f"bytes. CSV input must be UTF-8: convert it, e.g. iconv -f UTF-16 -t UTF-8 {path} > utf8.csv"
         )
+    try:
+        record.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"input file {path}: the header (line {line}) is not UTF-8 (byte 0x{record[e.start]:02x} at offset "
+            f"{e.start}). CSV input must be UTF-8; if the file is Latin-1 or Windows-1252, convert it, e.g. "
+            f"iconv -f CP1252 -t UTF-8 {path} > utf8.csv"
+        ) from e
     data = record if record.endswith((b"\n", b"\r")) else record + b"\n"
     try:
         table = pacsv.read_csv(
