@@ -39,7 +39,7 @@ class JobConfig:
     overwrite: bool = False
     layout: str = "rows"  # "rows" | "blocks" (docs/block_format.md)
     block_rows: int | None = None  # rows per block, for the blocks layout
-    statistics: bool = True  # per-feature statistics in the metadata (_feature_stats)
+    statistics: bool = True  # per-feature statistics in the metadata (stats.features)
 
     @classmethod
     def of(cls, opts: JobOptions, source: Source, *, tmp_dir: str, label: str | None) -> "JobConfig":

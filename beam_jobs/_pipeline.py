@@ -12,7 +12,7 @@ is the job's source adapter (`beam_jobs.sources`), what happens to one chunk is 
       -> GroupFragments   ((split, shard), [Fragment])      small descriptors only
       -> CommitShards     {"split", "shard", "path", "records", "bytes"}: one TFRecord
                           per (split, shard), shuffled within the shard (`commit_rows`;
-                          blocks layout: rows shuffled, then cut into blocks, `_commit_blocks`,
+                          blocks layout: rows shuffled, then cut into blocks, `output.commit_blocks`,
                           and the shard's statistics gathered from them)
       -> Finalize         checks, moves shards into place, writes the metadata last
 
@@ -138,7 +138,7 @@ class _ConvertFiles(beam.DoFn):
         split_of = _chunk.splits_of(hashes, routing)
         added: dict = {}
         if cfg.layout == "blocks":
-            # Columns, not blocks: the commit shuffles rows first, then cuts blocks (_commit_blocks).
+            # Columns, not blocks: the commit shuffles rows first, then cuts blocks (output.commit_blocks).
             for split, shard, rows in _chunk.route(split_of, routing, where, position):
                 data = run_bytes(done.cols, np.sort(rows))
                 self._fragments.append(split, shard, where, data, [len(data)], rows=len(rows))

@@ -6,9 +6,9 @@
       -> rows layout: [shuffle] -> [repeat]
              -> parse 1024 records at a time, rebatch to batch_size; or decode and augment images (_parse)
          blocks layout: [block shuffle] -> [repeat] -> parse windows of blocks
-             -> [permute their rows] -> rebatch to batch_size (_block_batches)
+             -> [permute their rows] -> rebatch to batch_size (blocks.streaming)
          blocks layout cached in memory: parse all once -> cache columns -> per epoch a
-             permutation of every row -> rebatch (_column_cache)
+             permutation of every row -> rebatch (blocks.column_cache)
       -> finish: [preprocess, parallel] -> [tf.data service] -> prefetch(AUTOTUNE)
 
 Each stage reads only the request (and the read plan of this input pipeline). Caching
@@ -288,7 +288,7 @@ def read_records(path, *, split: str = "train", options: ReadOptions | None = No
 def _cache_target(req: Request, plan: _tuning.FileShards) -> str | None:
     """None, "memory" or a file path: what `cache` asks for, with "auto" decided by size.
 
-    The blocks layout caches parsed columns in memory (_column_cache): their size, not
+    The blocks layout caches parsed columns in memory (blocks.column_cache): their size, not
     the serialized bytes, is checked against the budget.
     """
     budget = _tuning.cache_budget(physical_memory(), requested=req.options.cache_budget_bytes)

@@ -8,7 +8,7 @@ uses a prefix of each slot (a varint's true size, a string's length); one boolea
 compaction then drops the unused bytes and leaves the records back to back.
 
 Columns whose slots would be mostly padding (lists of varying length, long or uneven
-strings) go through the general scatter encoder (`_encode_general`) and are appended to
+strings) go through the general scatter encoder (`encode.scatter`) and are appended to
 each row by Arrow's `binary_join_element_wise` (C++).
 
 With `framed=True` the records come out as TFRecord frames (length, masked CRC32C of the

@@ -1,6 +1,6 @@
 """The general encoder path: any column, any list lengths, written by scatter.
 
-Used for the columns the slot layout of `_example_encoder` cannot hold compactly: lists
+Used for the columns the slot layout of `encode.examples` cannot hold compactly: lists
 whose lengths vary, and long or very uneven strings. Each column's map entries are
 computed for all rows at once with numpy (varint sizes, packed float and int64 payloads,
 bytes lists) and scattered into a buffer of their own.

@@ -1,4 +1,4 @@
-"""Source adapters, one module per input format, found by their `--source` name.
+"""Where input is read and typed: one source adapter per input format, found by its `--source` name.
 
 To add a format (say JSON Lines): write `beam_jobs/sources/jsonl.py` with a frozen
 `Source` subclass (its flags, `open` at launch, `read` and `type_chunk` on workers, what

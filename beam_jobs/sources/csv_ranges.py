@@ -7,7 +7,7 @@ on every cut, so each record is read exactly once, CRLF and a last line without 
 newline included.
 
 The rule is only right when every newline ends a record. By default it does: a quoted
-field may not span lines (`_csv_records`). With --allow_quoted_newlines, a quoted field
+field may not span lines (`sources.csv_records`). With --allow_quoted_newlines, a quoted field
 holding a newline breaks it, so before a file is read as ranges, its ranges are scanned
 (in parallel, numpy over the bytes): quote characters and newlines are counted, and for
 both possible quote states at a range's start, the first newline inside quotes is

@@ -84,7 +84,7 @@ class Chunk:
 class CsvInput:
     """Opens a CSV through Beam's filesystems; gzip is decoded by Arrow, in C++.
 
-    With a `byte_range`, only the records that begin in it are read (`_csv_ranges`).
+    With a `byte_range`, only the records that begin in it are read (`sources.csv_ranges`).
     """
 
     def __init__(self, path: str, byte_range: CsvRange | None = None):
@@ -235,7 +235,7 @@ def iter_csv_chunks(
 
     Without a `byte_range`, or for a file's first range, the file's own header is read
     and checked; later ranges hold no header and take `header` as their column names.
-    Records are cut by `_csv_records` and parsed by pyarrow a block at a time; each row
+    Records are cut by `sources.csv_records` and parsed by pyarrow a block at a time; each row
     carries the physical line it starts on.
     """
     headless = byte_range is not None and byte_range.index > 0

@@ -62,7 +62,7 @@ class ConversionStats:
 
     def add_statistics(self, cols, kinds: dict, split_of: np.ndarray, split_names: tuple, keys) -> None:
         """Per-split statistics of good records' columns [(name, dtype, arr)]; `split_of`: each row's split,
-        `keys`: the rows' sampling keys (`_feature_stats.chunk_keys`)."""
+        `keys`: the rows' sampling keys (`stats.features.chunk_keys`)."""
         parts = [(int(split_of[0]), None)] if len(split_of) and (split_of == split_of[0]).all() else None
         if parts is None:
             parts = [(int(s), np.flatnonzero(split_of == s)) for s in np.unique(split_of)]

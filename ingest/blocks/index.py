@@ -1,6 +1,6 @@
 """Where every block of a split lives: shard, byte offset, rows; and which blocks each input pipeline reads.
 
-The seekable block order (_epoch_order) reads blocks one by one at their byte offsets,
+The seekable block order (blocks.seekable) reads blocks one by one at their byte offsets,
 so that an epoch's order can be any permutation and a restored iterator can start
 anywhere. The offsets come from the shard files' TFRecord frame headers (8-byte length,
 4-byte CRC, data, 4-byte CRC): one small read per block, in a thread pool, cached per
