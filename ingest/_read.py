@@ -25,7 +25,7 @@ from ingest import _tuning, contract
 if TYPE_CHECKING:
     from ingest._request import Request
 
-__all__ = ["check_shards_exist", "glob_escaped", "records", "shard_plan", "skipped_corrupt_records"]
+__all__ = ["glob_escaped", "records", "shard_plan", "skipped_corrupt_records"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,41 +37,6 @@ def skipped_corrupt_records() -> dict:
     """Records lost to corruption in this process, per shard path (with `skip_corrupt=True`)."""
     with _skipped_lock:
         return dict(_skipped)
-
-
-def check_shards_exist(path: str, split: contract.SplitInfo, *, skip_corrupt: bool) -> None:
-    """Refuses (or, with skip_corrupt, announces) shard files that are gone, with one listing."""
-    try:
-        present = set(tf.io.gfile.listdir(path))
-    except tf.errors.OpError as e:
-        logger.debug("cannot list %s (%s); missing shards will be reported as they are read", path, e.message)
-        return
-    missing = [
-        s
-        for s in split.shards
-        if s.filename not in present and ("/" not in s.filename or not tf.io.gfile.exists(f"{path}/{s.filename}"))
-    ]
-    if not missing:
-        return
-    names = ", ".join(f"{path}/{s.filename} ({s.records} records)" for s in missing[:3])
-    more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-    lost = sum(s.records for s in missing)
-    if skip_corrupt:
-        logger.warning(
-            "%d shard file(s) of split %r are missing: %s%s; their %d record(s) will be skipped "
-            "(and counted in skipped_corrupt_records())",
-            len(missing),
-            split.name,
-            names,
-            more,
-            lost,
-        )
-        return
-    raise FileNotFoundError(
-        f"{len(missing)} shard file(s) of split {split.name!r} listed in {path}/{contract.METADATA_FILENAME} "
-        f"are missing: {names}{more}. Restore them or reconvert the dataset, or pass skip_corrupt=True to "
-        f"skip their {lost} record(s)."
-    )
 
 
 _COUNT_BLOCK = 64  # records per block read from a shard: amortizes the checks and the interleave

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import tensorflow as tf
 
-from ingest import _read, _service, contract
+from ingest import _service, contract
 from ingest._info import load_info
 from ingest._options import ImageOptions, ReadOptions
 
@@ -178,7 +178,7 @@ def build(
             f"split {split!r} of {path} has no records: the conversion wrote no shard for it (see "
             f"{contract.METADATA_FILENAME}). Splits with records: {', '.join(others) or 'none'}"
         )
-    _read.check_shards_exist(root, split_info, skip_corrupt=skip_corrupt)
+    check_shards_exist(root, split_info, skip_corrupt=skip_corrupt)
     names = [f.name for f in info.features]
     if label is None:
         label = info.label
@@ -292,6 +292,41 @@ def _label_classes(info: contract.DatasetInfo, label: str | None, path: str) -> 
         )
         return ()
     return tuple(info.labels)
+
+
+def check_shards_exist(path: str, split: contract.SplitInfo, *, skip_corrupt: bool) -> None:
+    """Refuses (or, with skip_corrupt, announces) shard files that are gone, with one listing."""
+    try:
+        present = set(tf.io.gfile.listdir(path))
+    except tf.errors.OpError as e:
+        logger.debug("cannot list %s (%s); missing shards will be reported as they are read", path, e.message)
+        return
+    missing = [
+        s
+        for s in split.shards
+        if s.filename not in present and ("/" not in s.filename or not tf.io.gfile.exists(f"{path}/{s.filename}"))
+    ]
+    if not missing:
+        return
+    names = ", ".join(f"{path}/{s.filename} ({s.records} records)" for s in missing[:3])
+    more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+    lost = sum(s.records for s in missing)
+    if skip_corrupt:
+        logger.warning(
+            "%d shard file(s) of split %r are missing: %s%s; their %d record(s) will be skipped "
+            "(and counted in skipped_corrupt_records())",
+            len(missing),
+            split.name,
+            names,
+            more,
+            lost,
+        )
+        return
+    raise FileNotFoundError(
+        f"{len(missing)} shard file(s) of split {split.name!r} listed in {path}/{contract.METADATA_FILENAME} "
+        f"are missing: {names}{more}. Restore them or reconvert the dataset, or pass skip_corrupt=True to "
+        f"skip their {lost} record(s)."
+    )
 
 
 def check_start(start, *, name: str, unit: str, seed) -> None:
