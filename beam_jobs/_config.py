@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from beam_jobs._errors import ConversionError
-from beam_jobs._job_options import DEFAULT_BLOCK_ROWS, JobOptions
+from beam_jobs._job_options import DEFAULT_BLOCK_ROWS, RECORDED, JobOptions
 from beam_jobs.output import shard_plan
 from beam_jobs.sources import Source
 from ingest import contract
@@ -45,24 +45,16 @@ class JobConfig:
     def of(cls, opts: JobOptions, source: Source, *, tmp_dir: str, label: str | None) -> "JobConfig":
         """The configuration of a job with these checked options, reading `source`."""
         layout = layout_for(opts, type(source))
-        return cls(
-            source=source,
-            output=opts.output,
-            tmp_dir=tmp_dir,
-            label=label,
-            splits=opts.splits,
-            split_key=opts.split_key,
-            num_shards=tuple(opts.num_shards for _ in opts.splits) if opts.num_shards else None,
-            target_shard_mb=opts.target_shard_mb,
-            shuffle=opts.shuffle,
-            seed=opts.seed,
-            compression=opts.compression,
-            max_bad_fraction=opts.max_bad_fraction,
-            overwrite=opts.overwrite,
-            layout=layout,
-            block_rows=(opts.block_rows or DEFAULT_BLOCK_ROWS) if layout == "blocks" else None,
-            statistics=opts.statistics,
-        )
+        shared = {f.name: getattr(opts, f.name) for f in dataclasses.fields(cls) if hasattr(opts, f.name)}
+        decided = {
+            "source": source,
+            "tmp_dir": tmp_dir,
+            "label": label,
+            "layout": layout,
+            "num_shards": tuple(opts.num_shards for _ in opts.splits) if opts.num_shards else None,
+            "block_rows": (opts.block_rows or DEFAULT_BLOCK_ROWS) if layout == "blocks" else None,
+        }
+        return cls(**{**shared, **decided})
 
     @property
     def columns(self) -> tuple:
@@ -93,22 +85,13 @@ class JobConfig:
         )
 
     def recorded_options(self, decided: Decided) -> dict:
-        """The options that shaped the output, as recorded in the metadata."""
-        return {
+        """The options that shaped the output, as recorded in the metadata (`RECORDED`, as decided)."""
+        decided_values = {
             "columns": list(decided.types),
-            "label": self.label,
             "splits": dict(self.splits),
-            "split_key": self.split_key,
             "num_shards": dict(zip(self.split_names, decided.num_shards)),
-            "shuffle": self.shuffle,
-            "seed": self.seed,
-            "compression": self.compression,
-            "max_bad_fraction": self.max_bad_fraction,
-            "layout": self.layout,
-            "block_rows": self.block_rows,
-            "statistics": self.statistics,
-            **self.source.recorded(),
         }
+        return {**{name: decided_values.get(name, getattr(self, name)) for name in RECORDED}, **self.source.recorded()}
 
     @property
     def job_id(self) -> str:

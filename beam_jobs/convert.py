@@ -24,10 +24,9 @@ from apache_beam.options.pipeline_options import PipelineOptions, TypeOptions
 from beam_jobs import _in_process
 from beam_jobs._config import JobConfig, layout_for
 from beam_jobs._errors import ConversionError
-from beam_jobs._job_options import DEFAULT_BLOCK_ROWS, MAX_BLOCK_ROWS, JobOptions
+from beam_jobs._job_options import JobOptions
 from beam_jobs._pipeline import ConvertToTFRecords
 from beam_jobs.output import directory as output_dir
-from beam_jobs.output import shard_plan
 from beam_jobs.sources import ADAPTER_FOR_FORMAT
 from beam_jobs.sources.base import flag
 from ingest import contract
@@ -44,82 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         "with a metadata file the ingest runtime reads. Other flags must be Beam pipeline options "
         "(--runner, --direct_running_mode, --project, ...).",
     )
-    flag(p, "source", required=True, choices=sorted(ADAPTER_FOR_FORMAT), help="input format")
-    flag(
-        p,
-        "input",
-        required=True,
-        help="file pattern, local or gs:// (e.g. 'data/*.csv', 'gs://b/x-*.parquet'); "
-        "for images: a folder ROOT/<label>/<file>, or a manifest .csv/.parquet",
-    )
-    flag(p, "output", required=True, help="dataset directory, local or gs://")
-    flag(p, "columns", help="comma-separated columns to keep, in this order (default: all)")
-    flag(p, "label", help="the label column (image manifests: default 'label')")
-    flag(p, "splits", help="NAME=FRACTION,... (default: everything in 'train')")
-    flag(p, "split_key", help="column whose value decides the split (default: the record content)")
-    flag(p, "num_shards", type=int, help="shards per split (default: planned from the input size)")
-    flag(
-        p,
-        "target_shard_mb",
-        type=float,
-        default=shard_plan.DEFAULT_TARGET_SHARD_MB,
-        help="target shard size when planning",
-    )
-    flag(p, "compression", default="none", choices=["none", "gzip"])
-    flag(p, "max_bad_fraction", type=float, default=0.001, help="fail when more rows than this are quarantined")
-    flag(p, "seed", type=int, default=0, help="seed of the record shuffle")
-    p.add_argument(
-        "--shuffle", dest="shuffle", action="store_true", default=True, help="shuffle records across shards (default)"
-    )
-    p.add_argument(
-        "--no_shuffle",
-        "--no-shuffle",
-        "--noshuffle",
-        dest="shuffle",
-        action="store_false",
-        help="keep source order within each shard",
-    )
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace a dataset already in --output (the old one stays readable until the new metadata is written)",
-    )
-    flag(
-        p,
-        "stale_job_hours",
-        type=float,
-        default=output_dir.DEFAULT_STALE_HOURS,
-        help="a temp dir of a job started on another machine counts as abandoned after this many hours",
-    )
-    flag(
-        p,
-        "layout",
-        choices=["rows", "blocks"],
-        help="records as up to --block_rows rows per tf.train.Example, column by column (blocks; "
-        "docs/block_format.md), or one Example per row (rows: for TFX, TFDV and other tf.Example readers); "
-        "default: blocks (images: rows)",
-    )
-    flag(
-        p,
-        "block_rows",
-        type=int,
-        help=f"rows per block of the blocks layout (default {DEFAULT_BLOCK_ROWS}, at most {MAX_BLOCK_ROWS})",
-    )
-    p.add_argument(
-        "--statistics",
-        dest="statistics",
-        action="store_true",
-        default=True,
-        help="record per-feature statistics in the metadata, in the same pass (default; `ingest describe`)",
-    )
-    p.add_argument(
-        "--no_statistics",
-        "--no-statistics",
-        "--nostatistics",
-        dest="statistics",
-        action="store_false",
-        help="skip the statistics (~5%% faster conversion)",
-    )
+    JobOptions.add_flags(p, flag, choices={"source": tuple(sorted(ADAPTER_FOR_FORMAT))})
     p.add_argument("--verbose", "-v", action="store_true", help="log at DEBUG, with the runner's tracebacks")
     for name, adapter in ADAPTER_FOR_FORMAT.items():
         adapter.add_flags(p.add_argument_group(f"{name} (--source {name})"))
@@ -151,7 +75,7 @@ def make_config(args, pipeline_options: PipelineOptions | None = None) -> JobCon
         raise ConversionError(
             f"--split_key {opts.split_key!r} is not a feature of the records; features: {list(source.columns)}"
         )
-    return JobConfig.of(opts, source, tmp_dir=opts.claim_output(), label=source.fixed_label or args.label)
+    return JobConfig.of(opts, source, tmp_dir=opts.claim_output(), label=source.fixed_label or opts.label)
 
 
 def build_pipeline(cfg: JobConfig, options: PipelineOptions) -> beam.Pipeline:

@@ -11,6 +11,7 @@ says how types are decided), and the same rules for the output directory.
 
 from __future__ import annotations
 
+import inspect
 import random
 import weakref
 
@@ -25,7 +26,6 @@ from beam_jobs._errors import ConversionError
 from beam_jobs._job_options import JobOptions, new_job_id
 from beam_jobs._pipeline import ConvertToTFRecords
 from beam_jobs.output import directory as output_dir
-from beam_jobs.output import shard_plan
 from beam_jobs.sources.rows import RowsSource
 
 __all__ = ["WriteDataset"]
@@ -80,22 +80,11 @@ class WriteDataset(beam.PTransform):
     Args:
       output: dataset directory, local or gs://; empty, or holding a dataset this job
         may replace (`overwrite`).
-      label: the label column; rows without one are quarantined.
-      columns: feature order (columns not listed follow in the order rows give them).
-      splits: {"train": 0.9, "eval": 0.1} or "train=0.9,eval=0.1" (default: all in train).
-      split_key: column whose value decides the split (default: the record content).
-      num_shards: shards per split (default: planned from the data's size).
-      shuffle, seed: shuffle records across and within shards, reproducibly per seed.
-      compression: "none" or "gzip".
-      max_bad_fraction: fail when more of the rows are quarantined.
-      overwrite: replace a dataset in `output` (the old one stays readable until the new
-        metadata lands).
-      statistics: record per-feature statistics in the metadata (`ingest describe`,
-        `ingest.feature_space`); they cost ~5% of the conversion's time.
-      layout, block_rows: "blocks" (the default: up to `block_rows` rows per
-        tf.train.Example, column by column, default 1024, at most 65,536;
-        docs/block_format.md) or "rows" (one tf.train.Example per row, for TFX, TFDV
-        and other tf.Example readers; block_rows is then refused).
+      batch_rows: dict rows are gathered into lists of this many before conversion.
+      The other keywords are the CLI's flags, declared once in `JobOptions` (each with
+      its flag's default; `columns` a list, `splits` a dict or "train=0.9,eval=0.1"):
+    {options}
+
     Returns the metadata's JSON text, once written.
 
     The output is claimed when the pipeline runs (a pipeline built and not run leaves
@@ -103,50 +92,11 @@ class WriteDataset(beam.PTransform):
     global window). One WriteDataset per output directory in a pipeline.
     """
 
-    def __init__(
-        self,
-        output: str,
-        *,
-        label: str | None = None,
-        columns=None,
-        splits=None,
-        split_key: str | None = None,
-        num_shards: int | None = None,
-        target_shard_mb: float = shard_plan.DEFAULT_TARGET_SHARD_MB,
-        shuffle: bool = True,
-        seed: int = 0,
-        compression: str = "none",
-        max_bad_fraction: float = 0.001,
-        overwrite: bool = False,
-        stale_job_hours: float = output_dir.DEFAULT_STALE_HOURS,
-        layout: str | None = None,
-        block_rows: int | None = None,
-        statistics: bool = True,
-        batch_rows: int = 4096,
-    ):
+    def __init__(self, output: str, *, batch_rows: int = 4096, **options):
         super().__init__()
-        if isinstance(splits, dict):
-            splits = ",".join(f"{name}={fraction}" for name, fraction in splits.items())
         # The same checks as the CLI's flags, at construction: a bad value fails before the pipeline runs.
-        self._opts = JobOptions(
-            source="rows",
-            input="<PCollection>",
-            output=str(output).rstrip("/"),
-            splits=tuple(shard_plan.parse_splits(splits).items()),
-            split_key=split_key,
-            num_shards=num_shards,
-            target_shard_mb=target_shard_mb,
-            compression=compression,
-            max_bad_fraction=max_bad_fraction,
-            seed=seed,
-            shuffle=shuffle,
-            overwrite=overwrite,
-            stale_job_hours=stale_job_hours,
-            layout=layout,
-            block_rows=block_rows,
-            statistics=statistics,
-        )
-        self._label, self._columns, self._batch_rows = label, tuple(columns or ()), batch_rows
+        self._opts = JobOptions.of_keywords(output, **options)
+        self._batch_rows = batch_rows
 
     def expand(self, rows):
         opts = self._opts
@@ -165,13 +115,13 @@ class WriteDataset(beam.PTransform):
         tmp_dir = output_dir.temp_dir_of(opts.output, job_id)
         source = RowsSource(
             input_pattern=f"{self.label} input",
-            columns=self._columns,
+            columns=opts.columns or (),
             input_bytes=0,
             input_count=0,
             schema_origin="inferred",
             name=self.label,
         )
-        cfg = JobConfig.of(opts, source, tmp_dir=tmp_dir, label=self._label)
+        cfg = JobConfig.of(opts, source, tmp_dir=tmp_dir, label=opts.label)
         return (
             rows
             # Rows of any windowing are one dataset; batches are cut across windows.
@@ -180,3 +130,25 @@ class WriteDataset(beam.PTransform):
             # (item index, [dict] | RecordBatch, None)
             | "Convert" >> ConvertToTFRecords(cfg)
         )
+
+
+def _signature() -> inspect.Signature:
+    """WriteDataset's signature as help() and IDEs show it: output, batch_rows and every keyword option."""
+    params = [
+        inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        inspect.Parameter("output", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str),
+        inspect.Parameter("batch_rows", inspect.Parameter.KEYWORD_ONLY, default=4096, annotation=int),
+    ]
+    params += [
+        inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d) for n, d in JobOptions.keywords().items()
+    ]
+    return inspect.Signature(params)
+
+
+WriteDataset.__init__.__signature__ = _signature()
+WriteDataset.__doc__ = WriteDataset.__doc__.format(
+    options="\n".join(
+        f"      {name}: {JobOptions.declared(name).metadata['help']}".replace("%%", "%")
+        for name in JobOptions.keywords()
+    )
+)

@@ -206,9 +206,6 @@ def select_columns(names: list, args) -> list:
     """The columns to convert: --columns (default all), plus --label and --split_key."""
     if args.columns:
         selected = [c.strip() for c in args.columns.split(",") if c.strip()]
-        twice = sorted({c for c in selected if selected.count(c) > 1})
-        if twice:
-            raise ConversionError(f"--columns names {twice} more than once; name each column once")
         unknown = [c for c in selected if c not in names]
         if unknown:
             raise ConversionError(f"--columns names {unknown}, which the input lacks; its columns: {names}")
