@@ -105,10 +105,31 @@ def _shard_error(filename, expected, read, lost, unit="records"):  # runs inside
     raise tf.errors.DataLossError(None, None, f"{problem}. {fix}")
 
 
-def _rows_in_blocks(blocks):
-    """Rows held by a [N] batch of serialized blocks (their `__rows__`), for counting losses."""
+def _rows_of_blocks(blocks):
+    """[N] rows held by each of a [N] batch of serialized blocks (their `__rows__`)."""
     spec = {contract.BLOCK_ROWS_FEATURE: tf.io.FixedLenFeature([1], tf.int64)}
-    return tf.reduce_sum(tf.io.parse_example(blocks, spec)[contract.BLOCK_ROWS_FEATURE])
+    return tf.reshape(tf.io.parse_example(blocks, spec)[contract.BLOCK_ROWS_FEATURE], [-1])
+
+
+def _check_block_rows(filename, first, rows, expected, expected_rows, block_rows: int):
+    """An assert that blocks `first`, `first` + 1, ... of a shard hold the rows its metadata
+    implies: `block_rows` each, the shard's last block the rest. Blocks past the metadata's
+    count are left to the count check."""
+    positions = first + tf.range(tf.size(rows, out_type=tf.int64))
+    last = expected_rows - block_rows * (expected - 1)
+    want = tf.where(positions < expected - 1, tf.constant(block_rows, tf.int64), last)
+    ok = tf.logical_or(tf.equal(rows, want), positions >= expected)
+
+    def message():
+        i = tf.argmax(tf.cast(tf.logical_not(ok), tf.int32), output_type=tf.int64)
+        return tf.strings.join(
+            ["shard ", filename, " block ", tf.strings.as_string(positions[i])]
+            + [" holds ", tf.strings.as_string(rows[i]), f" rows, but {contract.METADATA_FILENAME} lists "]
+            + [tf.strings.as_string(want[i]), f" ({block_rows} a block, the shard's last the rest). ", _DISAGREE_FIX]
+        )
+
+    all_ok = tf.reduce_all(ok)
+    return tf.debugging.Assert(all_ok, [tf.cond(all_ok, lambda: tf.constant(""), message)])
 
 
 def glob_escaped(names):
@@ -142,7 +163,10 @@ def _reader(req: Request):
     blocks_layout = req.info.layout == "blocks"
     unit = "blocks" if blocks_layout else "records"
     # Skipped losses are counted in rows: on blocks that takes each block's `__rows__`,
-    # parsed only when skipping (a short shard's lost rows are its rows not read).
+    # parsed only when skipping (a short shard's lost rows are its rows not read; parsing
+    # every block costs the streaming order ~18% of its rows/s). Parsed, each block's rows
+    # are also checked against the metadata: skipping never delivers rows a shard does
+    # not list.
     count_rows = blocks_layout and skip_corrupt
 
     def on_problem(filename, expected, read, lost):
@@ -213,7 +237,12 @@ def _reader(req: Request):
         def running_count(totals, block):
             total, rows = totals
             size = tf.shape(block, out_type=tf.int64)[0]
-            rows += _rows_in_blocks(block) if count_rows else size
+            if not count_rows:
+                return (total + size, rows + size), (total + size, rows + size, size, block)
+            per_block = _rows_of_blocks(block)
+            checked = _check_block_rows(filename, total, per_block, expected, expected_rows, req.info.block_rows)
+            with tf.control_dependencies([checked]):
+                rows += tf.reduce_sum(per_block)
             return (total + size, rows), (total + size, rows, size, block)
 
         def check(total, rows, size, block):

@@ -18,6 +18,7 @@ import pytest
 import tensorflow as tf
 
 import ingest
+from ingest import contract
 from tests.conftest import run_convert, write_text
 
 N = 1000
@@ -192,6 +193,32 @@ def test_shard_with_more_records_than_its_metadata_is_an_error_naming_it(copy, s
     ):
         _finishes(lambda: _ids(ds, seen))
     assert len(seen) == len(set(seen))  # none of the extra copies was delivered
+
+
+def test_skipping_corrupt_records_never_delivers_a_row_more_than_a_shard_lists(copy):
+    victim, rows = _shard(copy)
+    meta = os.path.join(copy, contract.METADATA_FILENAME)
+    info = json.loads(open(meta).read())
+    info["splits"][0]["shards"][2]["records"] = rows - 1
+    info["splits"][0]["records"] -= 1
+    with open(meta, "w") as f:
+        f.write(json.dumps(info))
+    shard = ingest.load_info(copy).split("train").shards[2]
+    ds = ingest.make_dataset(
+        copy,
+        batch_size=16,
+        skip_corrupt=True,
+        shuffle=False,
+        options=ingest.ReadOptions(seekable_order=False),
+    )
+    if shard.blocks is not None:  # blocks: the shard's last block holds one row more than listed
+        error = rf"shard {re.escape(victim)} block {shard.blocks - 1} holds \d+ rows, but .*lists \d+ \(16 a block"
+    else:  # rows: one record more
+        error = rf"shard {re.escape(victim)} holds more records than its metadata says"
+    seen = []
+    with pytest.raises(tf.errors.OpError, match=error + ".*metadata and the shard disagree"):
+        _finishes(lambda: _ids(ds, seen))
+    assert len(seen) == len(set(seen)) < N
 
 
 # 3. A malformed dataset_info.json.
