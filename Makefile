@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 # server a test needs (GCS emulator, tf.data service) binds a free loopback port.
 PYTEST_WORKERS ?= 2
 
-.PHONY: run test test-fast lint bench clean
+.PHONY: run test test-fast lint docs bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,9 +30,14 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 run: $(VENV)/.installed-run
 	$(BIN)/python -m benchmarks.main_job --out out/main
 
-# Every test (slow end-to-end ones included) with Hypothesis' full example counts: what CI runs.
-test: $(VENV)/.installed-test lint
+# Every test (slow end-to-end ones included) with Hypothesis' full example counts, and the
+# docs site built strictly (its examples run in tests/test_docs.py): what CI runs.
+test: $(VENV)/.installed-test lint docs
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --durations=15 $(PYTEST_ARGS)
+
+# The docs site (docs/, mkdocs.yml) into site/; a broken link or reference fails it.
+docs: $(VENV)/.installed-test
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
@@ -54,4 +59,4 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python -m benchmarks.statistics
 
 clean:
-	rm -rf out bench-out .pytest_cache
+	rm -rf out bench-out site .pytest_cache

@@ -77,19 +77,22 @@ class _ToWorkItems(beam.DoFn):
 class WriteDataset(beam.PTransform):
     """Writes a PCollection of rows as a dataset `ingest.make_dataset` reads.
 
-    Args:
-      output: dataset directory, local or gs://; empty, or holding a dataset this job
-        may replace (`overwrite`).
-      batch_rows: dict rows are gathered into lists of this many before conversion.
-      The other keywords are the CLI's flags, declared once in `JobOptions` (each with
-      its flag's default; `columns` a list, `splits` a dict or "train=0.9,eval=0.1"):
+        Args:
+          output: dataset directory, local or gs://; empty, or holding a dataset this job
+            may replace (`overwrite`).
+          batch_rows: dict rows are gathered into lists of this many before conversion.
+          **options: the CLI's flags as keywords, declared once in `JobOptions`, each with
+            its flag's default (`columns` a list, `splits` a dict or "train=0.9,eval=0.1").
+
+        Other Parameters:
     {options}
 
-    Returns the metadata's JSON text, once written.
+        Returns:
+          The metadata's JSON text, once written.
 
-    The output is claimed when the pipeline runs (a pipeline built and not run leaves
-    nothing). Rows of any windowing are written as one dataset (re-windowed into the
-    global window). One WriteDataset per output directory in a pipeline.
+        The output is claimed when the pipeline runs (a pipeline built and not run leaves
+        nothing). Rows of any windowing are written as one dataset (re-windowed into the
+        global window). One WriteDataset per output directory in a pipeline.
     """
 
     def __init__(self, output: str, *, batch_rows: int = 4096, **options):

@@ -1,0 +1,134 @@
+"""The docs' Python examples run as written, on small datasets made here under the paths they use.
+
+Every ```python block of docs/*.md runs, in order, each with what its page takes as given, in a working
+directory holding out/ds, out/penguins, out/img, out/blocks and out/main/dataset; a block
+that cannot run here is marked `<!-- not run: why -->` just above it. The site itself is
+built by `mkdocs build --strict` in `make test`.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pathlib
+import re
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from tests.conftest import convert_table, run_convert, write_text
+
+DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
+_BLOCK = re.compile(r"(?:<!-- not run: (?P<why>[^>]*?) -->\n)?```python\n(?P<code>.*?)```", re.S)
+
+
+def _blocks(page: pathlib.Path) -> list:
+    text = page.read_text()
+    return [(text[: m.start()].count("\n") + 1, m.group("code"), m.group("why")) for m in _BLOCK.finditer(text)]
+
+
+PAGES = sorted(p for p in DOCS.glob("*.md") if not p.is_symlink())
+
+
+def _penguins(root) -> str:
+    rng = np.random.default_rng(0)
+    species = rng.choice(["Adelie", "Gentoo", "Chinstrap"], 400)
+    base = {"Adelie": 38.0, "Gentoo": 47.0, "Chinstrap": 49.0}
+    lines = [
+        f"{rng.choice(['Biscoe', 'Dream'])},{base[s] + rng.normal():.1f},{190 + rng.integers(0, 30)},{s}"
+        for s in species
+    ]
+    return write_text(
+        root / "penguins.csv", "island,bill_length_mm,flipper_length_mm,species\n" + "\n".join(lines) + "\n"
+    )
+
+
+def _images(root) -> str:
+    from PIL import Image
+
+    rng = np.random.default_rng(1)
+    for label in ("cat", "dog"):
+        os.makedirs(root / "photos" / label)
+        for i in range(8):
+            pixels = rng.integers(0, 255, (30, 40, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(root / "photos" / label / f"{i}.jpg")
+    return str(root / "photos")
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    from benchmarks import corpus
+
+    root = tmp_path_factory.mktemp("docs")
+    rng = np.random.default_rng(2)
+    n = 2000
+    src = write_text(
+        root / "data" / "a.csv",
+        "price,x,label\n" + "".join(f"{rng.lognormal(3, 1):.2f},{rng.normal():.3f},{i % 3}\n" for i in range(n)),
+    )
+    common = ("--splits", "train=0.8,eval=0.2")
+    run_convert("--source", "csv", "--input", src, "--output", root / "out" / "ds", "--label", "label", *common)
+    penguins = _penguins(root)
+    run_convert(
+        "--source", "csv", "--input", penguins, "--output", root / "out" / "penguins", "--label", "species", *common
+    )
+    run_convert(
+        "--source",
+        "images",
+        "--input",
+        _images(root),
+        "--output",
+        root / "out" / "img",
+        "--splits",
+        "train=0.5,eval=0.5",
+    )
+    table = pa.table(
+        {
+            "x": rng.random(500).astype(np.float32),
+            "pair": pa.array([[i, -i] for i in range(500)], pa.list_(pa.int64())),
+            "tags": pa.array([list(range(i % 4)) for i in range(500)], pa.list_(pa.int64())),
+        }
+    )
+    blocks = convert_table(root / "blocks", table, "--block_rows", "64")
+    os.rename(blocks, root / "out" / "blocks")
+    csv = corpus.ensure_csv(str(root / "corpus"), 3000)
+    run_convert(
+        "--source", "csv", "--input", csv, "--output", root / "out" / "main" / "dataset", "--label", corpus.LABEL
+    )
+    return root
+
+
+def _prelude(page: str) -> dict:
+    """What a page's examples take as given: a model for out/ds, the shard files they read."""
+    import keras
+    import tensorflow as tf
+
+    import ingest
+
+    names = {"ingest": ingest, "tf": tf, "keras": keras, "np": np}
+    if page == "runtime.md":
+        inputs = {name: keras.Input(shape=(), name=name) for name in ("price", "x")}
+        stacked = keras.layers.Concatenate()([keras.layers.Reshape((1,))(v) for v in inputs.values()])
+        model = keras.Model(inputs, keras.layers.Dense(3, activation="softmax")(stacked))
+        model.compile("adam", "sparse_categorical_crossentropy")
+        names["model"] = model
+    if page == "block_format.md":
+        names["files"] = sorted(glob.glob("out/blocks/train-*.tfrecord"))
+    return names
+
+
+def test_every_python_block_runs_or_says_why_not():
+    for page in PAGES:
+        for line, code, why in _blocks(page):
+            assert why is None or why.strip(), f"{page.name}:{line}: a 'not run' mark needs its reason"
+    assert sum(why is None for page in PAGES for _, _, why in _blocks(page)) >= 12
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", [p.name for p in PAGES if any(why is None for _, _, why in _blocks(p))])
+def test_the_examples_of_each_page_run(workdir, monkeypatch, page):
+    monkeypatch.chdir(workdir)
+    for line, code, why in _blocks(DOCS / page):
+        if why is None:  # each block on its own, with what the page takes as given
+            exec(compile(code, f"docs/{page}:{line}", "exec"), _prelude(page))
