@@ -130,5 +130,5 @@ def test_cli_times_a_saved_model_for_the_demand(tmp_path, capsys):
 
 
 def test_batches_over_the_memory_budget_are_memory_bound(wide):
-    d = ingest.diagnose(wide, step_time_ms=10_000, batch_size=64, options=ingest.PipelineOptions(ram_budget_bytes=4096))
+    d = ingest.diagnose(wide, step_time_ms=10_000, batch_size=64, options=ingest.ReadOptions(ram_budget_bytes=4096))
     assert d.bottleneck == "memory" and "smaller batches" in d.advice

@@ -137,7 +137,7 @@ def test_service_arguments_are_checked(dataset):
         ingest.make_dataset(dataset, batch_size=8, service="grpc://127.0.0.1:1", processing_mode="dynamic")
     for bad in (0, -1.5, float("inf"), "30", True):
         with pytest.raises(ValueError, match=r"service_timeout_s must be a positive number of seconds or None"):
-            ingest.PipelineOptions(service_timeout_s=bad)
+            ingest.ReadOptions(service_timeout_s=bad)
     out = subprocess.run(
         [sys.executable, "-m", "ingest", "service", "dispatcher", "--port", "1", "--fault_tolerant"],
         capture_output=True,
@@ -161,7 +161,7 @@ def test_a_worker_killed_mid_epoch_never_hangs_the_consumer(dataset):
                 label=False,
                 service=cluster.address,
                 processing_mode=mode,
-                options=ingest.PipelineOptions(service_timeout_s=timeout_s),
+                options=ingest.ReadOptions(service_timeout_s=timeout_s),
             )
             seen, ended = [], []
 
