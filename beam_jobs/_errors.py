@@ -3,9 +3,13 @@ the message for a storage call that failed."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import re
 
-__all__ = ["ConversionError", "is_denied", "root_cause", "storage_error"]
+__all__ = ["ConversionError", "full_disk_named", "is_denied", "root_cause", "storage_error"]
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 _ROLES = {
     "--input": "roles/storage.objectViewer on the input's bucket",
@@ -62,3 +66,21 @@ def storage_error(doing: str, flag: str, path: str, e: BaseException, kind=Conve
     if _denied(cause):
         return kind(f"permission denied on {flag} {path}: {reason}; {_permission_fix(flag, path)}")
     return kind(f"cannot {doing} {flag} {path}: {reason}")
+
+
+@contextlib.contextmanager
+def full_disk_named(where: str):
+    """Turns a full disk (or quota) met inside into a ConversionError naming the path (the
+    error's own, else `where`) and the fix: a write's OSError names no file."""
+    try:
+        yield
+    except Exception as e:
+        cause = root_cause(e)
+        if not (isinstance(cause, OSError) and cause.errno in _FULL):
+            raise
+        path = cause.filename or where
+        raise ConversionError(
+            f"no space left on the device holding {path} ({cause.strerror}): free space there, or give the job "
+            "room elsewhere (--output for the dataset, TMPDIR for the commit's spill files); no dataset was "
+            "written, and the next run removes this one's temp dir"
+        ) from e

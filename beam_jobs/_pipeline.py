@@ -39,6 +39,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 from beam_jobs import _chunk
 from beam_jobs._background import BackgroundWriter, OneAhead, prefetched
 from beam_jobs._config import JobConfig
+from beam_jobs._errors import full_disk_named
 from beam_jobs._finalize import finalize_dataset
 from beam_jobs.encode.examples import encode_batch
 from beam_jobs.encode.tfrecord import frames_array
@@ -95,6 +96,10 @@ class _ConvertFiles(beam.DoFn):
         self._start = time.monotonic()
 
     def process(self, item, type_counts=None):
+        with full_disk_named(self._cfg.tmp_dir):
+            yield from self._process(item, type_counts)
+
+    def _process(self, item, type_counts):
         cfg = self._cfg
         file_index, _, byte_range = item
         part = byte_range.index if byte_range is not None else 0
@@ -187,6 +192,10 @@ class _ConvertFiles(beam.DoFn):
             )
 
     def finish_bundle(self):
+        with full_disk_named(self._cfg.tmp_dir):
+            yield from self._finish_bundle()
+
+    def _finish_bundle(self):
         self._statistics.close()
         for f in self._fragments.close():
             yield beam.pvalue.TaggedOutput(self.FRAGMENTS, _in_global_window(f))
@@ -230,6 +239,10 @@ class _CommitShard(beam.DoFn):
         self._cfg, self._budget = cfg, budget
 
     def process(self, element, type_counts=None):
+        with full_disk_named(self._cfg.tmp_dir):
+            yield from self._commit(element, type_counts)
+
+    def _commit(self, element, type_counts):
         (split, shard), fragments = element
         cfg = self._cfg
         ext = ".tfrecord.gz" if cfg.compression == "gzip" else ".tfrecord"
@@ -268,7 +281,8 @@ class _CommitShard(beam.DoFn):
 
 
 def _finalize(trigger, cfg: JobConfig, shards: list, stats: bytes, quarantine: list, *type_counts) -> str:
-    return finalize_dataset(trigger, cfg, shards, ConversionStats.unpack(stats), quarantine, *type_counts)
+    with full_disk_named(cfg.output):
+        return finalize_dataset(trigger, cfg, shards, ConversionStats.unpack(stats), quarantine, *type_counts)
 
 
 def _total_of(merged, merge) -> beam.pvalue.AsSingleton:

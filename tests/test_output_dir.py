@@ -465,3 +465,19 @@ def test_a_literal_pattern_matches_its_path_alone():
     assert regex.fullmatch(path)
     assert not regex.fullmatch("gs://b/ds/train-00000-of-00001x.tfrecord")
     assert not regex.fullmatch("gs://b/ds/train-ab[x]{y}.tfrecord")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs as the output needs root")
+def test_a_full_disk_names_the_path_and_the_fix(tmp):
+    small = tmp / "small"
+    os.makedirs(small)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(small)], check=True)
+    try:
+        src = _csv(tmp, "big", [f"{i}.{i % 997:03d}" for i in range(60_000)])  # ~0.7 MB of records
+        with pytest.raises(
+            Exception, match=r"no space left on the device holding .*small/out/_ingest_tmp-\w+ .*free space there"
+        ):
+            run_convert("--source", "csv", "--input", src, "--output", small / "out")
+        assert not os.path.exists(small / "out" / contract.METADATA_FILENAME)
+    finally:
+        subprocess.run(["umount", str(small)], check=True)

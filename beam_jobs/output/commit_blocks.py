@@ -21,6 +21,7 @@ import pyarrow as pa
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from beam_jobs._errors import full_disk_named
 from beam_jobs.encode.blocks import encode_blocks
 from beam_jobs.encode.tfrecord import key_ranges
 from beam_jobs.output.commit_rows import Budget, read_exactly
@@ -151,7 +152,7 @@ def _through_buckets(runs, total_bytes: int, sink: _BlockSink, rng, budget: Budg
     e.g. an all-null column), with their lengths kept aside, as fragments do.
     """
     buckets = max(1, -(-total_bytes // budget.bucket_bytes))
-    with tempfile.TemporaryDirectory(prefix="ingest-commit-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="ingest-commit-") as tmp, full_disk_named(tmp):
         files = [open(os.path.join(tmp, f"b{i}"), "w+b") for i in range(buckets)]
         lengths: list = [[] for _ in range(buckets)]
         try:

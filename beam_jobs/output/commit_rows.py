@@ -23,6 +23,7 @@ import pyarrow as pa
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from beam_jobs._errors import full_disk_named
 from beam_jobs.encode.tfrecord import TFRecordError, frames_array, frames_data, grouped_frames, offsets_of
 from beam_jobs.output.fragments import read_index
 
@@ -142,7 +143,7 @@ def permute_in_memory(fragments: list, out, rng, budget: Budget) -> int:
 def bucket_on_disk(fragments: list, out, rng, budget: Budget) -> int:
     buckets = max(1, -(-sum(f.bytes for f in fragments) // budget.bucket_bytes))
     records = 0
-    with tempfile.TemporaryDirectory(prefix="ingest-commit-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="ingest-commit-") as tmp, full_disk_named(tmp):
         files = [open(os.path.join(tmp, f"b{i}"), "w+b") for i in range(buckets)]
         sizes = [[] for _ in range(buckets)]
         try:
