@@ -13,6 +13,7 @@ when files are fewer than pipelines, and losses are counted in rows.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -141,6 +142,57 @@ def _exists_in_graph(filename):
     return tf.size(tf.io.matching_files(glob_escaped(filename))) > 0
 
 
+def _short_in_graph(filename, expected, total, lost, *, unit: str, skip_corrupt: bool):
+    """A shard that ended short (or is missing), reported in the graph: the tf.data service's
+    workers run it in another process, where there is no py_function."""
+    missing = tf.logical_and(tf.equal(total, 0), tf.logical_not(_exists_in_graph(filename)))
+    n, read = tf.strings.as_string(expected), tf.strings.as_string(total)
+    problem = tf.where(
+        missing,
+        tf.strings.join(
+            [
+                "shard ",
+                filename,
+                f" is missing: {contract.METADATA_FILENAME} lists it with ",
+                n,
+                f" {unit}, but the file does not exist",
+            ]
+        ),
+        tf.strings.join(
+            ["shard ", filename, " is corrupt, truncated or unreadable: read ", read, " of ", n, f" {unit}"]
+        ),
+    )
+    if skip_corrupt:
+        done = tf.print(tf.strings.join(["warning: skipped ", tf.strings.as_string(lost), " record(s): ", problem]))
+    else:
+        fix = tf.where(missing, _MISSING_FIX, _SHARD_FIX)
+        done = tf.debugging.Assert(False, [tf.strings.join([problem, ". ", fix])])
+    with tf.control_dependencies([done]):
+        return tf.identity(lost)
+
+
+def _too_many_in_graph(filename, expected, total, *, unit: str):
+    done = tf.debugging.Assert(
+        False,
+        [
+            tf.strings.join(
+                [
+                    "shard ",
+                    filename,
+                    f" holds more {unit} than its metadata says: read ",
+                    tf.strings.as_string(total),
+                    f" (at least), {contract.METADATA_FILENAME} lists ",
+                    tf.strings.as_string(expected),
+                    ". ",
+                    _DISAGREE_FIX,
+                ]
+            )
+        ],
+    )
+    with tf.control_dependencies([done]):
+        return tf.constant(0, tf.int64)
+
+
 def _reader(req: Request):
     """Reads one shard as blocks of records; checks it yields what the metadata promises.
 
@@ -175,54 +227,6 @@ def _reader(req: Request):
     def open_shard(filenames):
         return tf.data.TFRecordDataset(filenames, compression_type=compression, buffer_size=buffer)
 
-    def checked_in_graph(filename, expected, total, lost):
-        # tf.data service workers run the graph in another process: no py_function there.
-        missing = tf.logical_and(tf.equal(total, 0), tf.logical_not(_exists_in_graph(filename)))
-        n, read = tf.strings.as_string(expected), tf.strings.as_string(total)
-        problem = tf.where(
-            missing,
-            tf.strings.join(
-                [
-                    "shard ",
-                    filename,
-                    f" is missing: {contract.METADATA_FILENAME} lists it with ",
-                    n,
-                    f" {unit}, but the file does not exist",
-                ]
-            ),
-            tf.strings.join(
-                ["shard ", filename, " is corrupt, truncated or unreadable: read ", read, " of ", n, f" {unit}"]
-            ),
-        )
-        if skip_corrupt:
-            done = tf.print(tf.strings.join(["warning: skipped ", tf.strings.as_string(lost), " record(s): ", problem]))
-        else:
-            fix = tf.where(missing, _MISSING_FIX, _SHARD_FIX)
-            done = tf.debugging.Assert(False, [tf.strings.join([problem, ". ", fix])])
-        with tf.control_dependencies([done]):
-            return tf.identity(lost)
-
-    def too_many_in_graph(filename, expected, total):
-        done = tf.debugging.Assert(
-            False,
-            [
-                tf.strings.join(
-                    [
-                        "shard ",
-                        filename,
-                        f" holds more {unit} than its metadata says: read ",
-                        tf.strings.as_string(total),
-                        f" (at least), {contract.METADATA_FILENAME} lists ",
-                        tf.strings.as_string(expected),
-                        ". ",
-                        _DISAGREE_FIX,
-                    ]
-                )
-            ],
-        )
-        with tf.control_dependencies([done]):
-            return tf.constant(0, tf.int64)
-
     def read(filename, expected, expected_rows):
         # Looked up as the shard enters the interleave: a missing file is opened as no files.
         present = tf.boolean_mask(tf.reshape(filename, [1]), tf.reshape(_exists_in_graph(filename), [1]))
@@ -249,8 +253,10 @@ def _reader(req: Request):
             short = tf.logical_and(tf.equal(size, 0), total < expected)
             lost = expected_rows - rows
             if req.service:
-                on_short = lambda: checked_in_graph(filename, expected, total, lost)  # noqa: E731
-                on_extra = lambda: too_many_in_graph(filename, expected, total)  # noqa: E731
+                on_short = functools.partial(
+                    _short_in_graph, filename, expected, total, lost, unit=unit, skip_corrupt=skip_corrupt
+                )
+                on_extra = functools.partial(_too_many_in_graph, filename, expected, total, unit=unit)
             else:
                 on_short = on_extra = lambda: tf.py_function(on_problem, [filename, expected, total, lost], tf.int64)  # noqa: E731
             done = tf.case([(total > expected, on_extra), (short, on_short)], default=lambda: tf.constant(0, tf.int64))

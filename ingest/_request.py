@@ -125,101 +125,31 @@ def build(
     needs no image options.
     """
     options = ReadOptions() if options is None else options
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    if num_epochs is not None and (isinstance(num_epochs, bool) or not isinstance(num_epochs, int) or num_epochs < 1):
-        raise ValueError(f"num_epochs must be a positive integer or None (repeat forever), got {num_epochs!r}")
-    if preprocess is not None and not callable(preprocess):
-        raise ValueError(f"preprocess must be a callable or None, got {preprocess!r}")
-    if start_batch is not None:
-        # distribute's global steps arrive scaled; their variable was checked there, as a step.
-        if not isinstance(start_batch, ScaledStart):
-            check_start(start_batch, name="start_batch", unit="batch", seed=seed)
-    if isinstance(options, ReadOptions) and options.canonical_pipelines is not None:
-        _check_canonical(
-            options.canonical_pipelines,
-            num_pipelines=num_pipelines,
-            batch_size=batch_size,
-            seed=seed,
-            num_epochs=num_epochs,
-        )
-    if deterministic not in (None, True, False):
-        raise ValueError(f"deterministic must be True, False or None, got {deterministic!r}")
-    if not isinstance(options, ReadOptions):
-        raise ValueError(f"options must be an ingest.ReadOptions, got {type(options).__name__}")
-    if skip_corrupt and options.symbolic_checkpoint:
-        raise ValueError(
-            "skip_corrupt=True needs tf.data's ignore_errors, which symbolic checkpointing does not "
-            "support: use ReadOptions(symbolic_checkpoint=False) or skip_corrupt=False"
-        )
-    if service is not None:
-        if not isinstance(service, str) or not service.strip():
-            raise ValueError(f"service must be a dispatcher address like 'grpc://host:5050', got {service!r}")
-        service = service if "://" in service else "grpc://" + service
-        if processing_mode not in _service.PROCESSING_MODES:
-            raise ValueError(f"processing_mode must be one of {_service.PROCESSING_MODES}, got {processing_mode!r}")
-    if static_shapes and not drop_remainder:
-        raise ValueError("static_shapes=True needs drop_remainder=True, so that the batch dimension is fixed")
+    service = _check_call(
+        options,
+        batch_size=batch_size,
+        num_epochs=num_epochs,
+        preprocess=preprocess,
+        start_batch=start_batch,
+        num_pipelines=num_pipelines,
+        seed=seed,
+        deterministic=deterministic,
+        skip_corrupt=skip_corrupt,
+        service=service,
+        processing_mode=processing_mode,
+        static_shapes=static_shapes,
+        drop_remainder=drop_remainder,
+    )
     info = load_info(path)
     root = str(path).rstrip("/")
-    if info.layout == "blocks" and info.image:
-        # Conversion keeps images one per record; blocks of images have no reader.
-        raise ValueError(
-            f"{path} is an image dataset in the 'blocks' layout, which make_dataset does not read: "
-            "reconvert it with --layout rows"
-        )
-    try:
-        split_info = info.split(split)
-    except KeyError as e:
-        raise ValueError(e.args[0]) from None
-    if split_info.records == 0:
-        others = [f"{s.name} ({s.records} records)" for s in info.splits if s.records]
-        raise ValueError(
-            f"split {split!r} of {path} has no records: the conversion wrote no shard for it (see "
-            f"{contract.METADATA_FILENAME}). Splits with records: {', '.join(others) or 'none'}"
-        )
+    split_info = _split_of(info, path, split)
     check_shards_exist(root, split_info, skip_corrupt=skip_corrupt)
-    names = [f.name for f in info.features]
-    if label is None:
-        label = info.label
-    elif label is False:
-        label = None
-    elif label not in names:
-        raise ValueError(f"label {label!r} is not a feature of {path}; features: {names}")
+    label = _label_of(info, path, label)
     label_classes = _label_classes(info, label, path) if label_ids else ()
     image = None if raw else _decoded_images(info, path, features, image)
-    if image is not None:
-        selected = [info.image["feature"]] + ([label] if label is not None else [])
-    elif features is None:
-        selected = list(names)
-    else:
-        selected = [features] if isinstance(features, str) else list(features)  # "id": one name, not letters
-        unknown = [f for f in selected if f not in names]
-        if unknown:
-            raise ValueError(f"features {unknown} do not exist in {path}; features: {names}")
-        if label is not None and label not in selected:
-            selected.append(label)
-    pad_lengths = dict(pad_lengths or {})
-    for name in pad_lengths:
-        if name not in names:
-            raise ValueError(f"pad_lengths names {name!r}, which is not a feature; features: {names}")
-    if static_shapes:
-        for f in info.features:
-            if f.name in selected and f.is_variable_length and f.name not in pad_lengths and f.max_length is None:
-                raise ValueError(
-                    f"feature {f.name!r} has variable length and no recorded maximum: give "
-                    f"pad_lengths={{{f.name!r}: N}} to use static_shapes=True"
-                )
-    if cache not in _CACHE_MODES:
-        if not isinstance(cache, (str, os.PathLike)):
-            raise ValueError(f"cache must be None, 'memory', 'auto' or a file path, got {cache!r}")
-        cache = os.fspath(cache)
-        if not os.path.dirname(cache):  # 'mem': a typo of a mode more likely than files in the working directory
-            raise ValueError(
-                f"cache={cache!r} is neither None, 'memory' nor 'auto', and as a file path it names no directory: "
-                "pass a mode, or a path with its directory (e.g. './cache/c' or '/tmp/cache/c')"
-            )
-        _check_writable(cache)
+    selected = _selected_features(info, path, features, label, image)
+    pad_lengths = _checked_pad_lengths(info, selected, pad_lengths, static_shapes)
+    cache = _checked_cache(cache)
     if deterministic is None:
         # Out-of-order delivery is faster; a seed asks for reproducibility.
         deterministic = seed is not None
@@ -276,6 +206,142 @@ def _check_canonical(canonical: int, *, num_pipelines: int, batch_size: int, see
             "ReadOptions.canonical_pipelines needs num_epochs=None: the partitions can hold different numbers "
             "of rows, and a finite stream of each would end at a different batch"
         )
+
+
+def _check_call(
+    options,
+    *,
+    batch_size,
+    num_epochs,
+    preprocess,
+    start_batch,
+    num_pipelines,
+    seed,
+    deterministic,
+    skip_corrupt,
+    service,
+    processing_mode,
+    static_shapes,
+    drop_remainder,
+) -> str | None:
+    """The checks that need no metadata, before any file is read; returns the service address, resolved."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if num_epochs is not None and (isinstance(num_epochs, bool) or not isinstance(num_epochs, int) or num_epochs < 1):
+        raise ValueError(f"num_epochs must be a positive integer or None (repeat forever), got {num_epochs!r}")
+    if preprocess is not None and not callable(preprocess):
+        raise ValueError(f"preprocess must be a callable or None, got {preprocess!r}")
+    if start_batch is not None:
+        # distribute's global steps arrive scaled; their variable was checked there, as a step.
+        if not isinstance(start_batch, ScaledStart):
+            check_start(start_batch, name="start_batch", unit="batch", seed=seed)
+    if isinstance(options, ReadOptions) and options.canonical_pipelines is not None:
+        _check_canonical(
+            options.canonical_pipelines,
+            num_pipelines=num_pipelines,
+            batch_size=batch_size,
+            seed=seed,
+            num_epochs=num_epochs,
+        )
+    if deterministic not in (None, True, False):
+        raise ValueError(f"deterministic must be True, False or None, got {deterministic!r}")
+    if not isinstance(options, ReadOptions):
+        raise ValueError(f"options must be an ingest.ReadOptions, got {type(options).__name__}")
+    if skip_corrupt and options.symbolic_checkpoint:
+        raise ValueError(
+            "skip_corrupt=True needs tf.data's ignore_errors, which symbolic checkpointing does not "
+            "support: use ReadOptions(symbolic_checkpoint=False) or skip_corrupt=False"
+        )
+    if service is not None:
+        if not isinstance(service, str) or not service.strip():
+            raise ValueError(f"service must be a dispatcher address like 'grpc://host:5050', got {service!r}")
+        service = service if "://" in service else "grpc://" + service
+        if processing_mode not in _service.PROCESSING_MODES:
+            raise ValueError(f"processing_mode must be one of {_service.PROCESSING_MODES}, got {processing_mode!r}")
+    if static_shapes and not drop_remainder:
+        raise ValueError("static_shapes=True needs drop_remainder=True, so that the batch dimension is fixed")
+    return service
+
+
+def _split_of(info: contract.DatasetInfo, path, split: str) -> contract.SplitInfo:
+    """The split asked for, refused where it cannot be read."""
+    if info.layout == "blocks" and info.image:
+        # Conversion keeps images one per record; blocks of images have no reader.
+        raise ValueError(
+            f"{path} is an image dataset in the 'blocks' layout, which make_dataset does not read: "
+            "reconvert it with --layout rows"
+        )
+    try:
+        split_info = info.split(split)
+    except KeyError as e:
+        raise ValueError(e.args[0]) from None
+    if split_info.records == 0:
+        others = [f"{s.name} ({s.records} records)" for s in info.splits if s.records]
+        raise ValueError(
+            f"split {split!r} of {path} has no records: the conversion wrote no shard for it (see "
+            f"{contract.METADATA_FILENAME}). Splits with records: {', '.join(others) or 'none'}"
+        )
+    return split_info
+
+
+def _label_of(info: contract.DatasetInfo, path, label) -> str | None:
+    """None: the recorded label; False: no label; a name: that feature."""
+    names = [f.name for f in info.features]
+    if label is None:
+        return info.label
+    if label is False:
+        return None
+    if label not in names:
+        raise ValueError(f"label {label!r} is not a feature of {path}; features: {names}")
+    return label
+
+
+def _selected_features(info: contract.DatasetInfo, path, features, label, image) -> list:
+    """The features parsed, the label included."""
+    names = [f.name for f in info.features]
+    if image is not None:
+        return [info.image["feature"]] + ([label] if label is not None else [])
+    if features is None:
+        return list(names)
+    selected = [features] if isinstance(features, str) else list(features)  # "id": one name, not letters
+    unknown = [f for f in selected if f not in names]
+    if unknown:
+        raise ValueError(f"features {unknown} do not exist in {path}; features: {names}")
+    if label is not None and label not in selected:
+        selected.append(label)
+    return selected
+
+
+def _checked_pad_lengths(info: contract.DatasetInfo, selected: list, pad_lengths, static_shapes: bool) -> dict:
+    names = [f.name for f in info.features]
+    pad_lengths = dict(pad_lengths or {})
+    for name in pad_lengths:
+        if name not in names:
+            raise ValueError(f"pad_lengths names {name!r}, which is not a feature; features: {names}")
+    if static_shapes:
+        for f in info.features:
+            if f.name in selected and f.is_variable_length and f.name not in pad_lengths and f.max_length is None:
+                raise ValueError(
+                    f"feature {f.name!r} has variable length and no recorded maximum: give "
+                    f"pad_lengths={{{f.name!r}: N}} to use static_shapes=True"
+                )
+    return pad_lengths
+
+
+def _checked_cache(cache):
+    """None, a mode, or a writable file path with its directory."""
+    if cache in _CACHE_MODES:
+        return cache
+    if not isinstance(cache, (str, os.PathLike)):
+        raise ValueError(f"cache must be None, 'memory', 'auto' or a file path, got {cache!r}")
+    cache = os.fspath(cache)
+    if not os.path.dirname(cache):  # 'mem': a typo of a mode more likely than files in the working directory
+        raise ValueError(
+            f"cache={cache!r} is neither None, 'memory' nor 'auto', and as a file path it names no directory: "
+            "pass a mode, or a path with its directory (e.g. './cache/c' or '/tmp/cache/c')"
+        )
+    _check_writable(cache)
+    return cache
 
 
 def _label_classes(info: contract.DatasetInfo, label: str | None, path: str) -> tuple:

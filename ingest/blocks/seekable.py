@@ -269,28 +269,82 @@ def _row_slice(start, count):
 
 def seekable_block_batches(req: Request, index: BlockIndex) -> tf.data.Dataset:
     """Batches of this pipeline's blocks in the (seed, epoch) order, as a symbolically checkpointable dataset."""
-    features = _parse.selected_features(req)
-    padded = _parse.padder(req)
-    split_label = _parse.label_splitter(req) or (lambda rows: rows)
-    batch = req.batch_size
-    total_rows = int(index.rows.sum())
-    window = window_rows(req.info.block_rows, len(index), batch, req.options.block_window)
-    stream = None if req.num_epochs is None else total_rows * req.num_epochs
-    windows = _FOREVER if stream is None else -(-stream // window)
-    seed = req.seed if req.seed is not None else _draw_seed()
-    run = _tuning.block_run(req.info.block_rows, req.options.block_run)
-    fingerprint = _fingerprint(index, batch, window, req.shuffle, req.num_epochs, req.drop_remainder, run)
+    return _SeekableOrder(req, index).batches()
 
-    rows_of = tf.constant(index.rows)
-    files = tf.constant(list(index.files))
-    file_of = tf.constant(index.file_of)
-    num_blocks = len(index)
-    reads = _block_reads(index, req)
-    shuffle = req.shuffle
-    run_starts, run_lengths = (tf.constant(a) for a in block_runs(index, run))
-    num_runs = int(run_starts.shape[0])
 
-    def epoch_orders(seed, this_pass, epochs):
+class _SeekableOrder:
+    """The seekable order's stages, each a function of the pipeline's fixed facts (set here):
+
+    passes -> windows_of_pass -> scan(keep) -> plan -> read -> rows_of_window -> window_batches
+    """
+
+    def __init__(self, req: Request, index: BlockIndex):
+        self.req, self.index = req, index
+        self.features = _parse.selected_features(req)
+        self.padded = _parse.padder(req)
+        self.split_label = _parse.label_splitter(req) or (lambda rows: rows)
+        self.batch = req.batch_size
+        self.total_rows = int(index.rows.sum())
+        self.window = window_rows(req.info.block_rows, len(index), self.batch, req.options.block_window)
+        self.stream = None if req.num_epochs is None else self.total_rows * req.num_epochs
+        self.windows = _FOREVER if self.stream is None else -(-self.stream // self.window)
+        self.seed = req.seed if req.seed is not None else _draw_seed()
+        run = _tuning.block_run(req.info.block_rows, req.options.block_run)
+        self.fingerprint = _fingerprint(
+            index, self.batch, self.window, req.shuffle, req.num_epochs, req.drop_remainder, run
+        )
+        self.rows_of = tf.constant(index.rows)
+        self.files = tf.constant(list(index.files))
+        self.file_of = tf.constant(index.file_of)
+        self.num_blocks = len(index)
+        self.reads = _block_reads(index, req)
+        self.shuffle = req.shuffle
+        self.run_starts, self.run_lengths = (tf.constant(a) for a in block_runs(index, run))
+        self.num_runs = int(self.run_starts.shape[0])
+        # Only the stream's last window can end in a short batch (every window is whole batches).
+        self.short_tail = self.stream is not None and self.stream % self.batch != 0
+
+    def batches(self) -> tf.data.Dataset:
+        # Each new iterator over the dataset is a new pass (as with tf.data's
+        # reshuffle_each_iteration: Keras iterates a finite dataset anew every epoch), whose
+        # number is drawn once per iterator from a random dataset seeded by the seed, so the
+        # passes of a seed are the same in every run. (A variable's assign_add, the counter
+        # this replaces, is an op tf.data warns of three times per iterator.) The scan's
+        # state keeps the pass, the seed and the fingerprint: a checkpoint restores them
+        # (tf.data restores a flat_map's inner iterator by replaying its position, not its
+        # state, so the scan stands outside it).
+        passes = tf.data.Dataset.random(seed=self.seed % 2**31, rerandomize_each_iteration=True).take(1)
+        # A pass number of 30 bits: _key keeps it apart from the epoch or window index.
+        ds = passes.map(lambda r: (r % _PASSES, self.first_batch()))
+        ds = ds.flat_map(self.windows_of_pass)
+        if self.stream is None:
+            ds = ds.repeat()  # never repeats (the pass is endless); tells tf.data the cardinality is infinite
+        state = (tf.constant(self.seed, tf.int64), tf.constant(self.fingerprint, tf.int64), tf.constant(-1, tf.int64))
+        ds = ds.scan(state, _keep)
+        parallel = self.req.options.num_parallel_calls or tf.data.AUTOTUNE
+        ds = ds.map(self.plan, num_parallel_calls=parallel, deterministic=True)
+        # Reads are a flat_map, not a dataset reduced inside a map: tf.data then checkpoints
+        # them symbolically without a warning per window that the map is stateful.
+        ds = ds.flat_map(self.read)
+        ds = ds.map(self.rows_of_window, num_parallel_calls=parallel, deterministic=True)
+        return ds.flat_map(self.window_batches)
+
+    def first_batch(self):
+        """Where a new iterator starts: batch 0, or `start_batch` (a variable is read now)."""
+        if self.req.start_batch is None:
+            return tf.constant(0, tf.int64)
+        return read_start(self.req.start_batch)
+
+    def windows_of_pass(self, this_pass, first):
+        # Seeking: whole windows before the first batch are not read; the first window
+        # drops the batches before it (a window holds whole batches).
+        w0, drop = first * self.batch // self.window, first * self.batch % self.window // self.batch
+        ds = tf.data.Dataset.range(w0, self.windows)
+        if self.stream is None:
+            ds = ds.repeat()
+        return ds.map(lambda w: (this_pass, w, tf.where(tf.equal(w, w0), drop, 0)))
+
+    def epoch_orders(self, seed, this_pass, epochs):
         """[E] epochs -> [E, blocks]: each epoch's block order, keyed by (seed, pass, epoch).
 
         A permutation of runs of consecutive blocks, each run read by one reader. One
@@ -298,8 +352,8 @@ def seekable_block_batches(req: Request, index: BlockIndex) -> tf.data.Dataset:
         whose ops every new iterator pays for).
         """
         count = tf.size(epochs, out_type=tf.int64)
-        if not shuffle:
-            return tf.tile(tf.range(num_blocks, dtype=tf.int64)[None], tf.stack([count, 1]))
+        if not self.shuffle:
+            return tf.tile(tf.range(self.num_blocks, dtype=tf.int64)[None], tf.stack([count, 1]))
         # The op keys its permutation on 32 bits of each of three seed words: a 64-bit hash
         # of (seed, pass, epoch) fills two, so that no two of them share an order.
         keys = tf.strings.to_hash_bucket_fast(
@@ -307,63 +361,65 @@ def seekable_block_batches(req: Request, index: BlockIndex) -> tf.data.Dataset:
         )
         keys = tf.stack([keys % 2**32, keys // 2**32, tf.zeros_like(keys)], axis=1)
         runs = tf.raw_ops.RandomIndexShuffle(
-            index=tf.tile(tf.range(num_runs, dtype=tf.int64), [count]),
-            seed=tf.repeat(keys, num_runs, axis=0),
-            max_index=tf.constant(num_runs - 1, tf.int64),
+            index=tf.tile(tf.range(self.num_runs, dtype=tf.int64), [count]),
+            seed=tf.repeat(keys, self.num_runs, axis=0),
+            max_index=tf.constant(self.num_runs - 1, tf.int64),
         )
-        starts = tf.gather(run_starts, runs)
-        order = tf.ragged.range(starts, starts + tf.gather(run_lengths, runs)).flat_values
-        return tf.reshape(order, tf.stack([count, num_blocks]))
+        starts = tf.gather(self.run_starts, runs)
+        order = tf.ragged.range(starts, starts + tf.gather(self.run_lengths, runs)).flat_values
+        return tf.reshape(order, tf.stack([count, self.num_blocks]))
 
-    def plan(seed, saved_fingerprint, this_pass, w, drop):
+    def plan(self, seed, saved_fingerprint, this_pass, w, drop):
         """Window w -> the blocks it reads, and where each of its rows sits in them."""
         same = tf.debugging.Assert(
-            tf.equal(saved_fingerprint, fingerprint),
+            tf.equal(saved_fingerprint, self.fingerprint),
             [
                 f"this iterator was restored from a checkpoint of another dataset, batch size or window "
-                f"than {req.path} split {req.split.name!r} with batch_size={batch}: its order would differ. "
-                "Restore it into the make_dataset call it was saved from, or start without the checkpoint."
+                f"than {self.req.path} split {self.req.split.name!r} with batch_size={self.batch}: its order would "
+                "differ. Restore it into the make_dataset call it was saved from, or start without the checkpoint."
             ],
         )
-        start = w * window
-        stop = start + window if stream is None else tf.minimum(start + window, stream)
+        total_rows, stream = self.total_rows, self.stream
+        start = w * self.window
+        stop = start + self.window if stream is None else tf.minimum(start + self.window, stream)
         epochs = tf.range(start // total_rows, (stop - 1) // total_rows + 1, dtype=tf.int64)
-        orders = epoch_orders(seed, this_pass, epochs)
+        orders = self.epoch_orders(seed, this_pass, epochs)
         # Where each epoch's blocks end in the stream. The window's rows are consecutive in
         # the stream, so they are consecutive in its blocks parsed in order: the blocks from
         # the one holding `start` to the one holding `stop - 1`, less `skip` rows at the head.
-        ends = tf.reshape(tf.cumsum(tf.gather(rows_of, orders), axis=1) + epochs[:, None] * total_rows, [-1])
+        ends = tf.reshape(tf.cumsum(tf.gather(self.rows_of, orders), axis=1) + epochs[:, None] * total_rows, [-1])
         orders = tf.reshape(orders, [-1])
         first, last = tf.unstack(tf.searchsorted(ends, tf.stack([start, stop - 1]), side="right", out_type=tf.int64))
-        skip = start - ends[first] + tf.gather(rows_of, orders[first])
+        skip = start - ends[first] + tf.gather(self.rows_of, orders[first])
         with tf.control_dependencies([same]):
             blocks = orders[first : last + 1]
         return seed, _key(this_pass, w), w, blocks, skip, stop - start, drop
 
-    def read(seed, key, w, blocks, skip, rows, drop):
+    def read(self, seed, key, w, blocks, skip, rows, drop):
         # A block short of its frame (a file cut after indexing) yields nothing: _all_read names it.
-        serialized = reads(blocks).batch(tf.size(blocks, out_type=tf.int64))
+        serialized = self.reads(blocks).batch(tf.size(blocks, out_type=tf.int64))
         return serialized.map(lambda positions, s: (seed, key, w, blocks, positions, s, skip, rows, drop))
 
-    def rows_of_window(seed, key, w, blocks, positions, serialized, skip, rows, drop):
-        names = tf.gather(files, tf.gather(file_of, blocks))
-        with tf.control_dependencies([_all_read(positions, blocks, index, names)]):
+    def rows_of_window(self, seed, key, w, blocks, positions, serialized, skip, rows, drop):
+        names = tf.gather(self.files, tf.gather(self.file_of, blocks))
+        with tf.control_dependencies([_all_read(positions, blocks, self.index, names)]):
             serialized = tf.identity(serialized)
-        values, rows_per_block = parse_blocks(serialized, features, with_block_rows=True)
-        expected = tf.gather(rows_of, blocks)
-        check = _rows_check(rows_per_block, expected, index, blocks, names)
+        values, rows_per_block = parse_blocks(serialized, self.features, with_block_rows=True)
+        expected = tf.gather(self.rows_of, blocks)
+        check = _rows_check(rows_per_block, expected, self.index, blocks, names)
         with tf.control_dependencies([check]):
-            order = _within_epochs(rows, seed, key, w, window, total_rows) if shuffle else tf.range(rows)
+            if self.shuffle:
+                order = _within_epochs(rows, seed, key, w, self.window, self.total_rows)
+            else:
+                order = tf.range(rows)
         take = skip + order
         rows = {name: tf.gather(column, take) for name, column in values.items()}
-        return split_label(padded(rows)), drop
+        return self.split_label(self.padded(rows)), drop
 
-    # Only the stream's last window can end in a short batch (every window is whole batches).
-    short_tail = stream is not None and stream % batch != 0
-
-    def batches(element, drop):
+    def window_batches(self, element, drop):
         """A window's rows -> its batches: a reshape per column (a few ops each: every op here
         costs time whenever an iterator is made), and the short tail, if the stream has one."""
+        batch, short_tail = self.batch, self.short_tail
         n = tf.shape(tf.nest.flatten(element)[0], out_type=tf.int64)[0]
         whole = n // batch * batch if short_tail else n
         head = _row_slice(0, whole)
@@ -378,59 +434,20 @@ def seekable_block_batches(req: Request, index: BlockIndex) -> tf.data.Dataset:
             return tf.reshape(rows, tf.concat([[-1, batch], tf.shape(x)[1:]], 0))
 
         ds = tf.data.Dataset.from_tensor_slices(tf.nest.map_structure(cut, element))
-        if not req.drop_remainder:  # (always: a batch dimension of None, as the rows layout gives)
+        if not self.req.drop_remainder:  # (always: a batch dimension of None, as the rows layout gives)
             # Without a short tail, whole == n: the window itself stands in for the empty
             # tail (its rows dimension is None too) and is filtered out, no slice needed.
             tail = tf.nest.map_structure(_row_slice(whole, -1), element) if short_tail else element
             ds = ds.concatenate(tf.data.Dataset.from_tensors(tail).filter(lambda *_: whole < n))
         return ds.skip(drop)
 
-    # Each new iterator over the dataset is a new pass (as with tf.data's
-    # reshuffle_each_iteration: Keras iterates a finite dataset anew every epoch), whose
-    # number is drawn once per iterator from a random dataset seeded by the seed, so the
-    # passes of a seed are the same in every run. (A variable's assign_add, the counter
-    # this replaces, is an op tf.data warns of three times per iterator.) The scan's state
-    # keeps the pass, the seed and the fingerprint: a checkpoint restores them (tf.data
-    # restores a flat_map's inner iterator by replaying its position, not its state, so
-    # the scan stands outside it).
-    passes = tf.data.Dataset.random(seed=seed % 2**31, rerandomize_each_iteration=True).take(1)
-    start = req.start_batch
 
-    def first_batch():
-        """Where a new iterator starts: batch 0, or `start_batch` (a variable is read now)."""
-        if start is None:
-            return tf.constant(0, tf.int64)
-        return read_start(start)
-
-    def windows_of_pass(this_pass, first):
-        # Seeking: whole windows before the first batch are not read; the first window
-        # drops the batches before it (a window holds whole batches).
-        w0, drop = first * batch // window, first * batch % window // batch
-        ds = tf.data.Dataset.range(w0, windows)
-        if stream is None:
-            ds = ds.repeat()
-        return ds.map(lambda w: (this_pass, w, tf.where(tf.equal(w, w0), drop, 0)))
-
-    def keep(state, element):
-        seed, saved_fingerprint, kept_pass = state
-        this_pass, w, drop = element
-        state = (seed, saved_fingerprint, tf.where(kept_pass < 0, this_pass, kept_pass))
-        return state, state + (w, drop)
-
-    # A pass number of 30 bits: _key keeps it apart from the epoch or window index.
-    ds = passes.map(lambda r: (r % _PASSES, first_batch()))
-    ds = ds.flat_map(windows_of_pass)
-    if stream is None:
-        ds = ds.repeat()  # never repeats (the pass is endless); tells tf.data the cardinality is infinite
-    state = (tf.constant(seed, tf.int64), tf.constant(fingerprint, tf.int64), tf.constant(-1, tf.int64))
-    ds = ds.scan(state, keep)
-    parallel = req.options.num_parallel_calls or tf.data.AUTOTUNE
-    ds = ds.map(plan, num_parallel_calls=parallel, deterministic=True)
-    # Reads are a flat_map, not a dataset reduced inside a map: tf.data then checkpoints
-    # them symbolically without a warning per window that the map is stateful.
-    ds = ds.flat_map(read)
-    ds = ds.map(rows_of_window, num_parallel_calls=parallel, deterministic=True)
-    return ds.flat_map(batches)
+def _keep(state, element):
+    """The scan's step: the state keeps the first pass it saw (a restored one stays)."""
+    seed, saved_fingerprint, kept_pass = state
+    this_pass, w, drop = element
+    state = (seed, saved_fingerprint, tf.where(kept_pass < 0, this_pass, kept_pass))
+    return state, state + (w, drop)
 
 
 def seekable(req: Request) -> bool:
