@@ -67,6 +67,7 @@ def _slow_preprocess(x):
         return tf.nest.map_structure(tf.identity, x)
 
 
+@pytest.mark.slow
 def test_pipeline_bound_by_preprocessing_is_named(wide):
     first = ingest.diagnose(wide, step_time_ms=1000, batch_size=64, preprocess=_slow_preprocess)
     caps = {s.stage: s.records_per_sec for s in first.stages}

@@ -351,6 +351,7 @@ def test_distribute_resumes_at_a_global_step_under_mirrored_strategy(dataset):
         build(start_step=-1)
 
 
+@pytest.mark.slow
 def test_canonical_partitions_give_the_same_global_batches_for_any_number_of_pipelines(dataset):
     # Elastic resume: 4 canonical partitions. A run on 2 input pipelines stops at step 37;
     # it resumes on 4 pipelines, or on 1, at that step, with the same global batch size:

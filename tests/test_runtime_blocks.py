@@ -402,6 +402,7 @@ def test_skip_corrupt_on_blocks_counts_the_lost_rows(blocks_copy):
     assert len(ids) == len(set(ids)) == 1000 - lost
 
 
+@pytest.mark.slow
 def test_input_context_reads_every_row_once_by_files_or_by_blocks(both):
     for pipelines in (2, 3, 5):  # 4 train shards: by files, then by blocks
         seen = []
@@ -567,6 +568,7 @@ print("done")
 """
 
 
+@pytest.mark.slow
 def test_iterating_the_default_pipeline_and_fitting_on_it_log_no_tf_data_warning(tmp_path):
     # TensorFlow logs from C++ to the process' stderr, at its default level (conftest hides them).
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0", "PYTHONPATH": os.getcwd()}
