@@ -77,22 +77,21 @@ class _ToWorkItems(beam.DoFn):
 class WriteDataset(beam.PTransform):
     """Writes a PCollection of rows as a dataset `ingest.make_dataset` reads.
 
-        Args:
-          output: dataset directory, local or gs://; empty, or holding a dataset this job
-            may replace (`overwrite`).
-          batch_rows: dict rows are gathered into lists of this many before conversion.
-          **options: the CLI's flags as keywords, declared once in `JobOptions`, each with
-            its flag's default (`columns` a list, `splits` a dict or "train=0.9,eval=0.1").
+    The output is claimed when the pipeline runs (a pipeline built and not run leaves
+    nothing). Rows of any windowing are written as one dataset (re-windowed into the
+    global window). One WriteDataset per output directory in a pipeline.
 
-        Other Parameters:
-    {options}
+    Args:
+      output: dataset directory, local or gs://; empty, or holding a dataset this job
+        may replace (`overwrite`).
+      batch_rows: dict rows are gathered into lists of this many before conversion.
+      **options: the CLI's flags as keywords, declared once in `JobOptions`, each with
+        its flag's default (`columns` a list, `splits` a dict or "train=0.9,eval=0.1"):
+        `help(WriteDataset)` lists them, made from that declaration, as do the docs'
+        table of flags.
 
-        Returns:
-          The metadata's JSON text, once written.
-
-        The output is claimed when the pipeline runs (a pipeline built and not run leaves
-        nothing). Rows of any windowing are written as one dataset (re-windowed into the
-        global window). One WriteDataset per output directory in a pipeline.
+    Returns:
+      The metadata's JSON text, once written.
     """
 
     def __init__(self, output: str, *, batch_rows: int = 4096, **options):
@@ -149,9 +148,7 @@ def _signature() -> inspect.Signature:
 
 
 WriteDataset.__init__.__signature__ = _signature()
-WriteDataset.__doc__ = WriteDataset.__doc__.format(
-    options="\n".join(
-        f"      {name}: {JobOptions.declared(name).metadata['help']}".replace("%%", "%")
-        for name in JobOptions.keywords()
-    )
+# The keyword options, from their declaration: the docstring's Other Parameters section.
+WriteDataset.__doc__ += "\n    Other Parameters:\n" + "\n".join(
+    f"      {name}: {JobOptions.declared(name).metadata['help']}".replace("%%", "%") for name in JobOptions.keywords()
 )
