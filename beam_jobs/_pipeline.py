@@ -44,6 +44,7 @@ from beam_jobs._finalize import finalize_dataset
 from beam_jobs.encode.examples import encode_batch
 from beam_jobs.encode.tfrecord import frames_array
 from beam_jobs.output import commit_rows
+from beam_jobs.output import directory as output_dir
 from beam_jobs.output import fragments as fragment_files
 from beam_jobs.output.commit_blocks import run_bytes, write_block_shard
 from beam_jobs.stats import features as feature_stats
@@ -262,7 +263,7 @@ class _CommitShard(beam.DoFn):
                     yield beam.pvalue.TaggedOutput(self.STATS, stats.pack())
             else:
                 frames = commit_rows.write_shard(fragments, out, rng=rng, budget=self._budget)
-        size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+        size = FileSystems.match([output_dir.literal_pattern(path)])[0].metadata_list[0].size_in_bytes
         rows = sum(f.rows for f in fragments)
         blocks = frames if cfg.layout == "blocks" else None
         yield {"split": split, "shard": shard, "path": path, "records": rows, "blocks": blocks, "bytes": size}

@@ -83,6 +83,16 @@ def test_foreign_files_are_refused_by_name_and_left_untouched(tmp, foreign):
     assert open(out / foreign).read() == "the user's own data"
 
 
+def test_an_output_named_like_a_pattern_is_listed_literally(tmp):
+    out = tmp / "runs[1]"
+    write_text(tmp / "runs1" / "other.txt", "another directory the pattern would match")
+    run_convert("--source", "csv", "--input", _csv(tmp, "v1", [1, 2]), "--output", out)
+    write_text(out / "notes.txt", "the user's own data")
+    with pytest.raises(ConversionError, match=r"holds 1 file\(s\) that no conversion .*notes\.txt"):
+        run_convert("--source", "csv", "--input", _csv(tmp, "v2", [3]), "--output", out, "--overwrite")
+    assert _values(out) == [1, 2] and open(out / "notes.txt").read() == "the user's own data"
+
+
 def test_overwrite_deletes_only_what_the_old_metadata_lists(tmp):
     out = tmp / "out"
     run_convert("--source", "csv", "--input", _csv(tmp, "v1", [1, 2, 3]), "--output", out, "--num_shards", "2")
@@ -461,7 +471,7 @@ def test_a_literal_pattern_matches_its_path_alone():
     from apache_beam.io.filesystem import FileSystem
 
     path = "gs://b/ds/train-*?[x]{y}.tfrecord"
-    regex = re.compile(FileSystem.translate_pattern(output_dir._literal_pattern(path)))
+    regex = re.compile(FileSystem.translate_pattern(output_dir.literal_pattern(path)))
     assert regex.fullmatch(path)
     assert not regex.fullmatch("gs://b/ds/train-00000-of-00001x.tfrecord")
     assert not regex.fullmatch("gs://b/ds/train-ab[x]{y}.tfrecord")

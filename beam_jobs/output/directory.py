@@ -44,6 +44,7 @@ __all__ = [
     "remove_temp_dir",
     "refuse_undeletable",
     "delete_dataset_files",
+    "literal_pattern",
 ]
 
 logger = logging.getLogger(__name__)
@@ -132,9 +133,9 @@ def write_text(path: str, text: str) -> None:
 
 
 def _list(output: str) -> list:
-    """Every file below `output` (object-store 'directory' placeholders left out)."""
-    pattern = FileSystems.join(output, "**")
-    return sorted(m.path for r in FileSystems.match([pattern]) for m in r.metadata_list if not m.path.endswith("/"))
+    """Every file below `output` (object-store 'directory' placeholders left out), its
+    name taken literally: an --output named 'runs[1]' is no pattern."""
+    return sorted(_files_under(output))
 
 
 # --- deleting: only what a conversion provably wrote, each path literally -------------
@@ -144,8 +145,8 @@ def _list(output: str) -> list:
 # only if it is one of these: never a path outside the directory, a directory, the
 # metadata itself, a temp dir, or a pattern.
 _WRITTEN_NAME = re.compile(
-    r"(?:[A-Za-z][A-Za-z0-9_]*-\d{5}-of-\d{5}(?:-[0-9a-f]{1,12})?\.tfrecord(?:\.gz)?"
-    rf"|{contract.QUARANTINE_DIRNAME}/part-\d{{5}}-of-\d{{5}}(?:-[0-9a-f]{{1,12}})?\.jsonl)"
+    r"(?:[A-Za-z][A-Za-z0-9_]*-\d{5,}-of-\d{5,}(?:-[0-9a-f]{1,12})?\.tfrecord(?:\.gz)?"
+    rf"|{contract.QUARANTINE_DIRNAME}/part-\d{{5,}}-of-\d{{5,}}(?:-[0-9a-f]{{1,12}})?\.jsonl)"
 )
 _GLOB_CHARS = re.compile(r"[*?\[\]{}]")
 
@@ -175,7 +176,7 @@ def _is_local(path: str) -> bool:
     return isinstance(FileSystems.get_filesystem(path), LocalFileSystem)
 
 
-def _literal_pattern(path: str) -> str:
+def literal_pattern(path: str) -> str:
     """`path` as a Beam match pattern that matches it alone (a class of one character
     quotes a metacharacter: Beam's patterns have no escape)."""
     return re.sub(r"[*?\[]", lambda m: f"[{m.group()}]", path)
@@ -189,13 +190,13 @@ def _delete_literally(paths) -> None:
         if os.path.isdir(path) and not os.path.islink(path):
             raise OutputError(f"{path} is a directory where the job wrote a file; nothing in it was deleted")
         os.remove(path)
-    remote = [_literal_pattern(p) for p in paths if p not in local]
+    remote = [literal_pattern(p) for p in paths if p not in local]
     if remote:
         FileSystems.delete(remote)
 
 
 def _files_under(path: str) -> list:
-    pattern = FileSystems.join(_literal_pattern(path), "**")
+    pattern = FileSystems.join(literal_pattern(path), "**")
     return [m.path for r in FileSystems.match([pattern]) for m in r.metadata_list if not m.path.endswith("/")]
 
 
