@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import tensorflow as tf
 
 from ingest import _tuning, contract
+from ingest.blocks.parse import check_blocks
 
 if TYPE_CHECKING:
     from ingest._request import Request
@@ -119,18 +120,14 @@ def _check_block_rows(filename, first, rows, expected, expected_rows, block_rows
     positions = first + tf.range(tf.size(rows, out_type=tf.int64))
     last = expected_rows - block_rows * (expected - 1)
     want = tf.where(positions < expected - 1, tf.constant(block_rows, tf.int64), last)
-    ok = tf.logical_or(tf.equal(rows, want), positions >= expected)
-
-    def message():
-        i = tf.argmax(tf.cast(tf.logical_not(ok), tf.int32), output_type=tf.int64)
-        return tf.strings.join(
+    return check_blocks(
+        tf.logical_or(tf.equal(rows, want), positions >= expected),
+        lambda i: tf.strings.join(
             ["shard ", filename, " block ", tf.strings.as_string(positions[i])]
             + [" holds ", tf.strings.as_string(rows[i]), f" rows, but {contract.METADATA_FILENAME} lists "]
             + [tf.strings.as_string(want[i]), f" ({block_rows} a block, the shard's last the rest). ", _DISAGREE_FIX]
-        )
-
-    all_ok = tf.reduce_all(ok)
-    return tf.debugging.Assert(all_ok, [tf.cond(all_ok, lambda: tf.constant(""), message)])
+        ),
+    )
 
 
 def glob_escaped(names):
