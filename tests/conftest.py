@@ -40,6 +40,15 @@ def examples(n: int) -> int:
 from ingest import contract  # noqa: E402
 
 
+def real_csv(name: str = "seattle-weather.csv") -> str:
+    """A real dataset shipped with vega_datasets (a test dependency): seattle-weather.csv is
+    Seattle's daily weather 2012-2015 (date, precipitation, temp_max, temp_min, wind,
+    weather); airports.csv, sf-temps.csv, stocks.csv, ... are there too."""
+    import importlib.util
+
+    return os.path.join(importlib.util.find_spec("vega_datasets").submodule_search_locations[0], "_data", name)
+
+
 def run_convert(*args) -> contract.DatasetInfo:
     return convert.run([str(a) for a in args])
 
