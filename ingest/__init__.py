@@ -33,6 +33,7 @@ __all__ = [
     "Statistics",
     "FeatureStatistics",
     "StopAtStep",
+    "spans",
 ]
 
 _LAZY = {
@@ -54,6 +55,7 @@ _LAZY = {
     "ImageOptions": "ingest._options",
     "DatasetInfo": "ingest.contract",
     "FeatureSpec": "ingest.contract",
+    "spans": "ingest._spans",
 }
 
 # Old names that still resolve, with a DeprecationWarning on each use: old name -> new name.

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from ingest import contract
+from ingest import _spans, contract
 
-__all__ = ["load_info", "DatasetNotFoundError", "DatasetInfoError"]
+__all__ = ["load_info", "load_spans", "DatasetNotFoundError", "DatasetInfoError"]
 
 _HOW_TO_CREATE = "create one with: python -m beam_jobs.convert --source csv --input 'data/*.csv' --output DIR"
 
@@ -19,8 +19,23 @@ class DatasetInfoError(ValueError):
     """The metadata file exists but cannot be used: the message names the file and what is wrong."""
 
 
-def load_info(path: str) -> contract.DatasetInfo:
-    """Returns the metadata of the converted dataset at `path`."""
+def load_info(path) -> contract.DatasetInfo:
+    """Returns the metadata of the converted dataset at `path`.
+
+    `path` may also be a list of datasets or a glob of them (spans read as one, as
+    `make_dataset` takes them): their features, which must agree, their splits' shards
+    together, and their statistics merged as if their rows had been converted together.
+    """
+    return load_spans(path).info
+
+
+def load_spans(path) -> _spans.Spans:
+    """The datasets `path` names (one, a list, or a glob), their metadata, and one view of them."""
+    paths = _spans.resolve(path)
+    return _spans.merged(paths, tuple(_load_one(p) for p in paths))
+
+
+def _load_one(path: str) -> contract.DatasetInfo:
     path = str(path).rstrip("/")
     meta = f"{path}/{contract.METADATA_FILENAME}"
     try:

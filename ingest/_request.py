@@ -15,8 +15,8 @@ from typing import Any, Callable
 
 import tensorflow as tf
 
-from ingest import _service, contract
-from ingest._info import load_info
+from ingest import _service, _spans, contract
+from ingest._info import load_spans
 from ingest._options import ImageOptions, ReadOptions
 
 __all__ = ["Request", "build", "image_options"]
@@ -140,11 +140,16 @@ def build(
         static_shapes=static_shapes,
         drop_remainder=drop_remainder,
     )
-    info = load_info(path)
-    root = str(path).rstrip("/")
+    view = load_spans(path)
+    info, root = view.info, view.root
+    path = root if len(view.paths) == 1 else f"the {len(view.paths)} datasets {', '.join(view.paths)}"
     split_info = _split_of(info, path, split)
-    check_shards_exist(root, split_info, skip_corrupt=skip_corrupt)
+    for span, span_info in zip(view.paths, view.infos):
+        if any(s.name == split for s in span_info.splits):
+            check_shards_exist(span, span_info.split(split), skip_corrupt=skip_corrupt)
     label = _label_of(info, path, label)
+    if label_ids:
+        _check_span_classes(view, label, path)
     label_classes = _label_classes(info, label, path) if label_ids else ()
     image = None if raw else _decoded_images(info, path, features, image)
     selected = _selected_features(info, path, features, label, image)
@@ -342,6 +347,18 @@ def _checked_cache(cache):
         )
     _check_writable(cache)
     return cache
+
+
+def _check_span_classes(view, label: str | None, path: str) -> None:
+    """Refuses class ids of a text label whose classes differ between spans read as one."""
+    if label is None or not view.info.feature(label).text or len({i.labels for i in view.infos}) == 1:
+        return
+    raise ValueError(
+        f"label {label!r} has other classes in some of {path}: "
+        f"{'; '.join(f'{p}: {list(i.labels)}' for p, i in zip(view.paths, view.infos))}, so a class id would "
+        f"mean another class in another span. {_spans.FIX} (it keeps the classes), or pass label_ids=False "
+        "to read the label as text"
+    )
 
 
 def _label_classes(info: contract.DatasetInfo, label: str | None, path: str) -> tuple:

@@ -1,0 +1,223 @@
+"""Several converted datasets read as one: spans of daily data, a glob, or a list.
+
+A daily pipeline converts each day once into its own directory (a *span*, as TFX calls
+it) and trains on the latest N. Reading them as one dataset needs one view of their
+metadata: the features (which must agree), every split's shards (each named from a
+common root, so every reader that joins `path/filename` reads the right file) and their
+statistics merged as if the rows had been converted together.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+
+from ingest import contract, statistics
+
+__all__ = ["spans", "resolve", "Spans", "merged"]
+
+logger = logging.getLogger(__name__)
+
+_GLOB_CHARS = frozenset("*?[")
+FIX = "Convert every span with --schema_from one of them, so that they share one schema"
+
+
+def _gfile():
+    import tensorflow as tf
+
+    return tf.io.gfile
+
+
+def _has_metadata(path: str) -> bool:
+    return _gfile().exists(f"{path}/{contract.METADATA_FILENAME}")
+
+
+def spans(root, *, last: int | None = None) -> list:
+    """The span directories under `root` (those holding a finished dataset), by name; the
+    `last` N of them when given.
+
+    A directory whose conversion has not finished (no metadata yet, as while today's span
+    is being written) is left out, with a log line naming it: training never reads half a span.
+    """
+    root = str(root).rstrip("/")
+    if last is not None and (isinstance(last, bool) or not isinstance(last, int) or last < 1):
+        raise ValueError(f"last must be a positive integer or None (every span), got {last!r}")
+    gfile = _gfile()
+    if not gfile.isdir(root):
+        raise FileNotFoundError(f"no span directory at {root}: the directory does not exist")
+    children = sorted(c.rstrip("/") for c in gfile.listdir(root))
+    found, unfinished = [], []
+    for child in children:
+        path = f"{root}/{child}"
+        if _has_metadata(path):
+            found.append(path)
+        elif gfile.isdir(path) and not child.startswith((".", "_")):
+            unfinished.append(child)
+    if unfinished:
+        logger.warning(
+            "spans under %s without %s (not converted, or still converting) are left out: %s",
+            root,
+            contract.METADATA_FILENAME,
+            ", ".join(unfinished),
+        )
+    if not found:
+        raise FileNotFoundError(
+            f"no converted dataset under {root}: each span is a directory that a conversion wrote "
+            f"(holding {contract.METADATA_FILENAME}), e.g. {root}/2026-11-25"
+        )
+    return found[-last:] if last is not None else found
+
+
+def resolve(path) -> tuple:
+    """A dataset path, a glob of them, or a list of either -> the dataset paths, in order."""
+    if isinstance(path, (list, tuple)):
+        if not path:
+            raise ValueError("an empty list of datasets: give at least one path")
+        out = []
+        for p in path:
+            if isinstance(p, (list, tuple)):
+                raise ValueError(f"a list of datasets holds paths, not lists: got {p!r}")
+            out.extend(resolve(p))
+        twice = sorted({p for p in out if out.count(p) > 1})
+        if twice:
+            raise ValueError(f"dataset(s) {twice} given more than once: each span would be read twice an epoch")
+        return tuple(out)
+    if not isinstance(path, (str, os.PathLike)):
+        raise ValueError(f"path must be a dataset directory, a glob of them or a list, got {path!r}")
+    path = os.fspath(path).rstrip("/")
+    if not _GLOB_CHARS & set(path) or _has_metadata(path):
+        return (path,)
+    matches = sorted(m.rstrip("/") for m in _gfile().glob(path))
+    found = [m for m in matches if _has_metadata(m)]
+    left = [m for m in matches if m not in found and _gfile().isdir(m)]
+    if left:
+        logger.warning(
+            "%d match(es) of %s hold no %s (not converted, or still converting) and are left out: %s",
+            len(left),
+            path,
+            contract.METADATA_FILENAME,
+            ", ".join(left),
+        )
+    if not found:
+        raise FileNotFoundError(
+            f"no converted dataset matches {path}"
+            + (f" ({len(matches)} match(es), none holding {contract.METADATA_FILENAME})" if matches else "")
+        )
+    return tuple(found)
+
+
+@dataclasses.dataclass(frozen=True)
+class Spans:
+    """Datasets read as one: `info` names every shard from `root`."""
+
+    root: str
+    paths: tuple
+    infos: tuple
+    info: contract.DatasetInfo
+
+
+def merged(paths: tuple, infos: tuple) -> Spans:
+    """One view of the datasets at `paths` (with their metadata), after checking they agree."""
+    if len(paths) == 1:
+        return Spans(paths[0], paths, infos, infos[0])
+    _check_agree(paths, infos)
+    root, relative = _common_root(paths)
+    first = infos[0]
+    features = tuple(
+        dataclasses.replace(
+            f,
+            missing=sum(i.feature(f.name).missing for i in infos),
+            min_length=_extreme(min, [i.feature(f.name).min_length for i in infos]),
+            max_length=_extreme(max, [i.feature(f.name).max_length for i in infos]),
+        )
+        for f in first.features
+    )
+    split_names = list(dict.fromkeys(s.name for i in infos for s in i.splits))
+    splits = tuple(
+        contract.SplitInfo(
+            name,
+            tuple(
+                dataclasses.replace(shard, filename=f"{rel}/{shard.filename}" if rel else shard.filename)
+                for rel, info in zip(relative, infos)
+                for s in info.splits
+                if s.name == name
+                for shard in s.shards
+            ),
+        )
+        for name in split_names
+    )
+    stats = [i.statistics for i in infos]
+    info = dataclasses.replace(
+        first,
+        features=features,
+        splits=splits,
+        # The conversions' ids: a checkpoint or an offsets cache of other spans never matches.
+        source={"spans": list(paths), "job": "+".join(str(i.source.get("job", "")) for i in infos)},
+        options={},
+        quarantine={"records": sum(int((i.quarantine or {}).get("records", 0) or 0) for i in infos)},
+        created=max(i.created for i in infos),
+        warnings=tuple(f"{p}: {w}" for p, i in zip(paths, infos) for w in i.warnings),
+        statistics=None if any(s is None for s in stats) else statistics.merge(stats),
+        # A text label's class ids mean the same in every span only if their classes agree.
+        labels=first.labels if all(i.labels == first.labels for i in infos) else (),
+    )
+    return Spans(root, paths, infos, info)
+
+
+def _extreme(pick, values):
+    return None if any(v is None for v in values) else pick(values)
+
+
+def _described(f: contract.FeatureSpec) -> str:
+    shape = "scalar" if f.is_scalar else ("variable-length list" if f.is_variable_length else f"list of {f.shape[0]}")
+    return f"{f.dtype} {shape}" + (", text" if f.text else "") + f", default {f.default!r}"
+
+
+def _check_agree(paths: tuple, infos: tuple) -> None:
+    """Refuses datasets that cannot be read as one, naming the dataset and what differs."""
+    first, base = infos[0], paths[0]
+    for path, info in zip(paths[1:], infos[1:]):
+        names, base_names = [f.name for f in info.features], [f.name for f in first.features]
+        if names != base_names:
+            extra = [n for n in names if n not in base_names]
+            lost = [n for n in base_names if n not in names]
+            raise ValueError(
+                f"datasets {base} and {path} have different features"
+                + (f": {path} has {extra} that {base} has not" if extra else "")
+                + (f"{';' if extra else ':'} {path} lacks {lost}" if lost else "")
+                + ("" if extra or lost else f" in another order ({names} against {base_names})")
+                + f". Read them separately, or {FIX[0].lower() + FIX[1:]}"
+            )
+        for f in info.features:
+            g = first.feature(f.name)
+            if (f.dtype, f.shape, f.default, f.text, f.role) != (g.dtype, g.shape, g.default, g.text, g.role):
+                raise ValueError(
+                    f"feature {f.name!r} is {_described(f)} in {path} but {_described(g)} in {base}: the spans "
+                    f"would yield different tensors. {FIX}"
+                )
+        for what, mine, theirs in (
+            ("label", info.label, first.label),
+            ("layout", info.layout, first.layout),
+            ("block_rows", info.block_rows, first.block_rows),
+            ("compression", info.compression, first.compression),
+            ("image feature", (info.image or {}).get("feature"), (first.image or {}).get("feature")),
+        ):
+            if mine != theirs:
+                how = FIX if what == "label" else "Reconvert one with the other's options"
+                raise ValueError(f"datasets {base} and {path} differ in {what}: {theirs!r} and {mine!r}. {how}")
+
+
+def _common_root(paths: tuple) -> tuple:
+    """The deepest directory holding every path, and each path relative to it."""
+    paths = [p if "://" in p else os.path.abspath(p) for p in paths]
+    schemes = {p.split("://")[0] if "://" in p else "" for p in paths}
+    if len(schemes) > 1:
+        raise ValueError(f"datasets on different filesystems cannot be read as one: {list(paths)}")
+    parts = [p.split("/") for p in paths]
+    common = []
+    for pieces in zip(*parts):
+        if len(set(pieces)) > 1:
+            break
+        common.append(pieces[0])
+    return "/".join(common), ["/".join(p[len(common) :]) for p in parts]
