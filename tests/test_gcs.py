@@ -286,3 +286,31 @@ def test_a_job_failing_mid_write_leaves_no_metadata_and_a_rerun_succeeds(gcs):
     assert info.split("train").records == 1500
     names = {b.name for b in client.list_blobs("bkt", prefix="flaky-ds/")}
     assert not any("_ingest_tmp" in n for n in names), names
+
+
+def test_daily_spans_on_gcs_read_as_one(gcs):
+    """Months of real weather converted one by one into gs://bkt/weather/<month>; a fourth
+    still converting (no metadata yet) is left out; the latest two are read as one."""
+    from tests.conftest import real_csv
+
+    lines = open(real_csv("seattle-weather.csv")).read().splitlines()
+    bucket = gcs.client().bucket("bkt")
+    rows = {}
+    for month in ("2012-01", "2012-02", "2012-03"):
+        body = [line for line in lines[1:] if line.startswith(month.replace("-", "/"))]
+        rows[month] = sorted(line.split(",")[0] for line in body)
+        bucket.blob(f"weather-raw/{month}.csv").upload_from_string("\n".join([lines[0], *body]) + "\n")
+        run_convert(
+            "--source", "csv", "--input", f"gs://bkt/weather-raw/{month}.csv", "--output", f"gs://bkt/weather/{month}",
+            "--label", "weather", "--block_rows", "8",
+        )  # fmt: skip
+    bucket.blob("weather/2012-04/_ingest_tmp-job/part-0").upload_from_string("half written")
+    latest = ingest.spans("gs://bkt/weather", last=2)
+    assert latest == ["gs://bkt/weather/2012-02", "gs://bkt/weather/2012-03"]
+    dates = [
+        d.decode()
+        for batch in ingest.make_dataset(latest, batch_size=16, label=False, seed=3)
+        for d in batch["date"].numpy().tolist()
+    ]
+    assert sorted(dates) == sorted(rows["2012-02"] + rows["2012-03"])
+    assert ingest.load_info("gs://bkt/weather/2012-0*").split("train").records == sum(map(len, rows.values()))
