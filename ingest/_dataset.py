@@ -238,10 +238,15 @@ def make_dataset(
         index = block_index.pipeline_blocks(index, num_pipelines=req.num_pipelines, pipeline_id=req.pipeline_id)
         ds = seekable_order.seekable_block_batches(req, index)
         return _finished(ds, req, int(index.rows.sum()), symbolic_checkpoint=True)
-    ds = _read.records(req, plan)
+    column_cache = target == "memory" and req.info.layout == "blocks" and req.service is None
+    # Blocks come located (shard, position, rows by the metadata) for the window parse to
+    # check; not when skipping corrupt records (a skipped block shifts the positions after
+    # it: the reader checks those itself) nor into the column cache, which parses them itself.
+    located = req.info.layout == "blocks" and not req.skip_corrupt and not column_cache
+    ds = _read.records(req, plan, located=located)
     if req.checks_counts:
         ds = ds.apply(tf.data.experimental.assert_cardinality(plan.records))
-    if target == "memory" and req.info.layout == "blocks" and req.service is None:
+    if column_cache:
         ds = cached_column_batches(ds, req, plan)
     else:
         if target is not None:

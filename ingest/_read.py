@@ -190,8 +190,11 @@ def _too_many_in_graph(filename, expected, total, *, unit: str):
         return tf.constant(0, tf.int64)
 
 
-def _reader(req: Request):
+def _reader(req: Request, *, located: bool = False):
     """Reads one shard as blocks of records; checks it yields what the metadata promises.
+
+    `located`: each record comes as (record, rows the metadata gives it, shard, position
+    in the shard): blocks, whose rows the window parse then checks (it parses them anyway).
 
     TFRecordDataset stops a file at its first corrupt or truncated record with an error
     that does not name the file. Here errors end the file quietly, and the count decides:
@@ -217,6 +220,7 @@ def _reader(req: Request):
     # are also checked against the metadata: skipping never delivers rows a shard does
     # not list.
     count_rows = blocks_layout and skip_corrupt
+    block_rows = tf.constant(req.info.block_rows or 0, tf.int64)
 
     def on_problem(filename, expected, read, lost):
         return (_note_skipped if skip_corrupt else _shard_error)(filename, expected, read, lost, unit)
@@ -247,6 +251,14 @@ def _reader(req: Request):
             return (total + size, rows), (total + size, rows, size, block)
 
         def check(total, rows, size, block):
+            checked = _counted(total, rows, size, block)
+            if not located:
+                return checked
+            positions = total - size + tf.range(size)
+            want = tf.where(positions < expected - 1, block_rows, expected_rows - block_rows * (expected - 1))
+            return checked, want, tf.fill([size], filename), positions
+
+        def _counted(total, rows, size, block):
             short = tf.logical_and(tf.equal(size, 0), total < expected)
             lost = expected_rows - rows
             if req.service:
@@ -285,8 +297,12 @@ def shard_plan(req: Request) -> _tuning.FileShards:
     return _tuning.shard_files(files, rows, num_pipelines=req.num_pipelines, pipeline_id=req.pipeline_id)
 
 
-def records(req: Request, plan: _tuning.FileShards) -> tf.data.Dataset:
-    """Serialized records (rows, or blocks of rows) of this pipeline's shards, checked against the metadata."""
+def records(req: Request, plan: _tuning.FileShards, *, located: bool = False) -> tf.data.Dataset:
+    """Serialized records (rows, or blocks of rows) of this pipeline's shards, checked against the metadata.
+
+    `located` (blocks): each block as (block, its rows by the metadata, its shard, its
+    position there), for the window parse to check and name.
+    """
     rows = plan.counts if plan.rows is None else plan.rows
     ds = tf.data.Dataset.from_tensor_slices(
         (list(plan.files), tf.constant(plan.counts, tf.int64), tf.constant(rows, tf.int64))
@@ -300,7 +316,7 @@ def records(req: Request, plan: _tuning.FileShards) -> tf.data.Dataset:
     )
     parallel = _tuning.interleave_parallelism(cycle, remote=remote, requested=opts.num_parallel_calls)
     ds = ds.interleave(
-        _reader(req),
+        _reader(req, located=located),
         cycle_length=cycle,
         num_parallel_calls=parallel or tf.data.AUTOTUNE,
         # Record-level sharding needs the same record order in every pipeline.

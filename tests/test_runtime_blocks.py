@@ -374,8 +374,25 @@ def test_blocks_holding_other_row_counts_than_the_metadata_are_named(blocks_copy
     info = json.loads(open(meta).read())
     info["block_rows"] = K // 2  # the shards hold blocks of K rows
     open(meta, "w").write(json.dumps(info))
-    with pytest.raises(tf.errors.OpError, match=rf"block 0 of shard .* holds {K} rows, its metadata says {K // 2}"):
-        _ids(ingest.make_dataset(blocks_copy, batch_size=64, shuffle=False))
+    message = rf"block 0 of shard .* holds {K} rows, its metadata says {K // 2}"
+    for options in (None, ingest.ReadOptions(seekable_order=False)):  # the seekable order, the streaming one
+        with pytest.raises(tf.errors.OpError, match=message):
+            _ids(ingest.make_dataset(blocks_copy, batch_size=64, shuffle=False, options=options))
+    # Skipping corrupt records does not deliver rows the metadata does not list either.
+    with pytest.raises(tf.errors.OpError, match=rf"shard .* block 0 holds {K} rows, but .* lists {K // 2}"):
+        _ids(ingest.make_dataset(blocks_copy, batch_size=64, shuffle=False, skip_corrupt=True))
+
+
+def test_a_malformed_block_is_named_by_its_shard_and_position(blocks_copy):
+    path = _shard_path(blocks_copy)
+    frames = _frames(path)
+    example = tf.train.Example.FromString(frames[1])
+    del example.features.feature["id"].int64_list.value[-1]
+    _rewrite(path, [frames[0], example.SerializeToString(), *frames[2:]])
+    message = rf"block feature `id` holds {K - 1} values for {K} rows \(block 1 of shard {re.escape(path)}\)"
+    for options in (None, ingest.ReadOptions(seekable_order=False)):
+        with pytest.raises(tf.errors.OpError, match=message):
+            _ids(ingest.make_dataset(blocks_copy, batch_size=64, shuffle=False, options=options))
 
 
 def test_skip_corrupt_on_blocks_counts_the_lost_rows(blocks_copy):

@@ -59,7 +59,25 @@ def check_blocks(ok_per_block: tf.Tensor, message) -> tf.Operation:
     return tf.debugging.Assert(ok, [tf.cond(ok, lambda: tf.constant(""), describe)])
 
 
-def _where(i, per_block: tf.Tensor) -> list:
+def located_in(shards, positions):
+    """A parse_blocks `locate` naming each block by its shard and its position there."""
+    return lambda i, _: ["(block ", positions[i], " of shard ", shards[i], ")"]
+
+
+def check_rows(got, want, shards, positions) -> tf.Operation:
+    """Fails naming the first block whose `__rows__` differ from what the metadata gives it."""
+    return check_blocks(
+        tf.equal(got, want),
+        lambda i: tf.strings.join(
+            ["block ", tf.strings.as_string(positions[i]), " of shard ", shards[i], " holds "]
+            + [tf.strings.as_string(got[i]), " rows, its metadata says ", tf.strings.as_string(want[i])]
+            + [f". The shard was replaced after conversion, or {contract.METADATA_FILENAME} comes from another "]
+            + ["conversion. Reconvert the dataset."]
+        ),
+    )
+
+
+def _where_parsed(i, per_block: tf.Tensor) -> list:
     return ["(block ", i, " of the ", tf.size(per_block, out_type=tf.int64), " parsed together)"]
 
 
@@ -70,7 +88,7 @@ def _format(parts: list) -> tf.Tensor:
     )
 
 
-def _counts_check(features: Sequence[contract.FeatureSpec], parsed: Mapping, rows_per_block: tf.Tensor):
+def _counts_check(features: Sequence[contract.FeatureSpec], parsed: Mapping, rows_per_block: tf.Tensor, where):
     """One check that each block holds as many values as its rows need, for every list that
     its row count fixes: scalars (one per row), fixed-length lists (k per row) and the row
     lengths of variable-length ones (one per row).
@@ -101,13 +119,13 @@ def _counts_check(features: Sequence[contract.FeatureSpec], parsed: Mapping, row
         return _format(
             ["block feature `", names[which], "` holds ", held[i], " ", units[which], " for "]
             + [rows_per_block[block], rows_said[which], " "]
-            + _where(block, rows_per_block)
+            + where(block, rows_per_block)
         )
 
     return check_blocks(tf.equal(held, expected), message)
 
 
-def _column(f: contract.FeatureSpec, parsed: Mapping, total_rows: tf.Tensor):
+def _column(f: contract.FeatureSpec, parsed: Mapping, total_rows: tf.Tensor, where):
     """One feature's values over all rows: dense [R] or [R, k], or ragged [R, None].
 
     Each block's counts were checked by `_counts_check`; a variable-length list is also
@@ -131,7 +149,7 @@ def _column(f: contract.FeatureSpec, parsed: Mapping, total_rows: tf.Tensor):
         lambda i: _format(
             [f"block feature `{name}` holds ", values.row_lengths()[i], f" values but its `{lengths_name}` sum to "]
             + [value_ends[i] - splits[lengths.row_splits[i]], " "]
-            + _where(i, value_ends)
+            + where(i, value_ends)
         ),
     )
     # A negative length could still sum right and would make the row splits go backwards.
@@ -139,14 +157,14 @@ def _column(f: contract.FeatureSpec, parsed: Mapping, total_rows: tf.Tensor):
         lengths.values >= 0,
         lambda j: _format(
             [f"block feature `{lengths_name}` holds the negative length ", lengths.values[j], " "]
-            + _where(lengths.value_rowids()[j], value_ends)
+            + where(lengths.value_rowids()[j], value_ends)
         ),
     )
     with tf.control_dependencies([sum_check, sign_check]):
         return tf.RaggedTensor.from_row_splits(values.values, tf.identity(splits), validate=False)
 
 
-def _presence(f: contract.FeatureSpec, parsed: Mapping, rows_per_block, block_starts, total_rows) -> tf.Tensor:
+def _presence(f: contract.FeatureSpec, parsed: Mapping, rows_per_block, block_starts, total_rows, where) -> tf.Tensor:
     """[R] bool: False at the rows that the blocks' `F/missing` lists name."""
     missing = parsed[f.name + MISSING_SUFFIX]
     block_of = missing.value_rowids()
@@ -157,7 +175,7 @@ def _presence(f: contract.FeatureSpec, parsed: Mapping, rows_per_block, block_st
         in_range,
         lambda j: _format(
             [f"block feature `{name}` names row ", missing.values[j], " of a block of ", rows_of_block[j], " rows "]
-            + _where(block_of[j], rows_per_block)
+            + where(block_of[j], rows_per_block)
         ),
     )
     with tf.control_dependencies([check]):
@@ -172,6 +190,7 @@ def parse_blocks(
     *,
     with_presence: bool = False,
     with_block_rows: bool = False,
+    locate=None,
 ):
     """N serialized blocks (a [N] string tensor) -> {name: all rows of the N blocks, in order}.
 
@@ -184,19 +203,22 @@ def parse_blocks(
     With `with_block_rows=True`, the [N] int64 rows of each block (`__rows__`) come last.
 
     A block whose lists do not match its row count raises `tf.errors.InvalidArgumentError`
-    naming the feature and the block's position among the N.
+    naming the feature and the block: `locate(i, rows_per_block)` gives the words that
+    say where block i is (a list of strings and scalar tensors), by default its position
+    among the N.
     """
     parsed = tf.io.parse_example(serialized, _parse_spec(features, with_presence))
     rows_per_block = parsed[ROWS_FEATURE][:, 0]
     block_ends = tf.cumsum(rows_per_block)
     block_starts = block_ends - rows_per_block
     total_rows = tf.reduce_sum(rows_per_block)
-    with tf.control_dependencies([_counts_check(features, parsed, rows_per_block)]):
+    where = locate or _where_parsed
+    with tf.control_dependencies([_counts_check(features, parsed, rows_per_block, where)]):
         total_rows = tf.identity(total_rows)
-        values = {f.name: tf.identity(_column(f, parsed, total_rows)) for f in features}
+        values = {f.name: tf.identity(_column(f, parsed, total_rows, where)) for f in features}
     out = (values,)
     if with_presence:
-        out += ({f.name: _presence(f, parsed, rows_per_block, block_starts, total_rows) for f in features},)
+        out += ({f.name: _presence(f, parsed, rows_per_block, block_starts, total_rows, where) for f in features},)
     if with_block_rows:
         out += (rows_per_block,)
     return out[0] if len(out) == 1 else out

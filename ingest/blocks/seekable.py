@@ -37,7 +37,7 @@ import tensorflow as tf
 from ingest import _parse, _read, _tuning, contract
 from ingest._request import read_start
 from ingest.blocks.index import BlockIndex
-from ingest.blocks.parse import check_blocks, parse_blocks
+from ingest.blocks.parse import check_blocks, check_rows, located_in, parse_blocks
 
 if TYPE_CHECKING:
     from ingest._request import Request
@@ -185,28 +185,6 @@ def _all_read(positions, blocks, index: BlockIndex, names) -> tf.Operation:
     )
 
 
-def _rows_check(got, expected, index: BlockIndex, blocks, names) -> tf.Operation:
-    """Fails naming the first block whose `__rows__` differ from what the metadata gives it."""
-    in_shard = tf.constant(index.block_in_shard)
-    return check_blocks(
-        tf.equal(got, expected),
-        lambda i: tf.strings.join(
-            [
-                "block ",
-                tf.strings.as_string(tf.gather(in_shard, blocks[i])),
-                " of shard ",
-                names[i],
-                " holds ",
-                tf.strings.as_string(got[i]),
-                " rows, its metadata says ",
-                tf.strings.as_string(expected[i]),
-                f". The shard was replaced after conversion, or {contract.METADATA_FILENAME} comes from another "
-                "conversion. Reconvert the dataset.",
-            ]
-        ),
-    )
-
-
 def block_runs(index: BlockIndex, run: int) -> tuple:
     """Runs of up to `run` blocks that follow each other in one shard file, in index order:
     (first block, blocks) of each.
@@ -294,6 +272,7 @@ class _SeekableOrder:
             index, self.batch, self.window, req.shuffle, req.num_epochs, req.drop_remainder, run
         )
         self.rows_of = tf.constant(index.rows)
+        self.in_shard = tf.constant(index.block_in_shard)
         self.files = tf.constant(list(index.files))
         self.file_of = tf.constant(index.file_of)
         self.num_blocks = len(index)
@@ -404,9 +383,11 @@ class _SeekableOrder:
         names = tf.gather(self.files, tf.gather(self.file_of, blocks))
         with tf.control_dependencies([_all_read(positions, blocks, self.index, names)]):
             serialized = tf.identity(serialized)
-        values, rows_per_block = parse_blocks(serialized, self.features, with_block_rows=True)
-        expected = tf.gather(self.rows_of, blocks)
-        check = _rows_check(rows_per_block, expected, self.index, blocks, names)
+        positions = tf.gather(self.in_shard, blocks)
+        values, rows_per_block = parse_blocks(
+            serialized, self.features, with_block_rows=True, locate=located_in(names, positions)
+        )
+        check = check_rows(rows_per_block, tf.gather(self.rows_of, blocks), names, positions)
         with tf.control_dependencies([check]):
             if self.shuffle:
                 order = _within_epochs(rows, seed, key, w, self.window, self.total_rows)

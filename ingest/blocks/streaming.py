@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import tensorflow as tf
 
 from ingest import _parse, _tuning
-from ingest.blocks.parse import parse_blocks, permute_rows
+from ingest.blocks.parse import check_rows, located_in, parse_blocks, permute_rows
 
 if TYPE_CHECKING:
     from ingest._request import Request
@@ -43,8 +43,15 @@ def _window_parser(req: Request):
     split_label = _parse.label_splitter(req) or (lambda rows: rows)
     seed = req.seed
 
-    def parse(index, serialized):
-        rows = parse_blocks(serialized, features)
+    def parse(index, blocks):
+        if isinstance(blocks, tuple):  # located: checked against the rows the metadata gives each
+            serialized, want, shards, positions = blocks
+            rows, got = parse_blocks(serialized, features, with_block_rows=True, locate=located_in(shards, positions))
+            with tf.control_dependencies([check_rows(got, want, shards, positions)]):
+                rows = {name: tf.identity(column) for name, column in rows.items()}
+        else:
+            serialized = blocks
+            rows = parse_blocks(serialized, features)
         if req.shuffle:
             rows = permute_rows(rows, None if seed is None else _window_seed(seed, index, serialized))
         # The label is split off per window, not per batch: one map fewer per batch (rebatch
