@@ -276,6 +276,32 @@ def test_start_batch_with_finite_epochs_yields_the_rest_of_the_stream(dataset, e
     assert [_ids(b) for b in ds] == whole[7:]
 
 
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(num_epochs=1),
+        dict(num_epochs=None),
+        dict(num_epochs=None, options=ingest.ReadOptions(canonical_pipelines=2)),
+    ],
+    ids=["one_epoch", "endless", "canonical"],
+)
+@pytest.mark.parametrize("taken", [1, 5, EPOCH + 2])
+def test_a_checkpoint_of_an_iterator_started_from_a_variable_restores_where_it_was(dataset, tmp_path, kwargs, taken):
+    # The start is read once, when the iterator is made: restored later (the step counter
+    # has moved on), the iterator continues from the saved position, not from the counter.
+    position = tf.Variable(3, dtype=tf.int64)
+    ds = ingest.make_dataset(dataset, batch_size=BATCH, seed=11, start_batch=position, **kwargs)
+    it = iter(ds)
+    for _ in range(min(taken, EPOCH - 8) if kwargs["num_epochs"] == 1 else taken):  # 3 left after
+        next(it)
+    prefix = tf.train.Checkpoint(iterator=it).write(str(tmp_path / "ckpt"))
+    expected = [_ids(next(it)) for _ in range(3)]
+    position.assign(40)
+    again = iter(ds)
+    tf.train.Checkpoint(iterator=again).read(prefix)
+    assert [_ids(next(again)) for _ in range(3)] == expected
+
+
 @pytest.mark.parametrize("how", ["make_dataset", "distribute"])
 def test_a_negative_start_read_from_a_variable_is_refused(dataset, how):
     position = tf.Variable(0, dtype=tf.int64)

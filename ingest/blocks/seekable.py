@@ -47,6 +47,9 @@ __all__ = ["seekable", "seekable_block_batches", "window_rows"]
 logger = logging.getLogger(__name__)
 
 _PASSES = 1 << 30  # pass numbers drawn per iterator
+# Empty windows ahead of the first: one per flat_map level below the read (windows, reads,
+# batches). Measured: with two, a restore inside the first window reads the variable again.
+_HEADS = 3
 _FOREVER = 2**62  # windows in an endless stream (repeated, so the cardinality is infinite)
 _MAX_READ_BUFFER = 4 << 20  # a reader's buffer: a run's bytes, up to this
 
@@ -110,10 +113,10 @@ def _block_reads(index: BlockIndex, req: Request):
         names = tf.gather(files, which)
         at, size = tf.gather(offsets, blocks), tf.gather(lengths, blocks)
         follows = tf.logical_and(tf.equal(which[1:], which[:-1]), tf.equal(at[1:], at[:-1] + size[:-1]))
-        starts = tf.concat([[True], tf.logical_not(follows)], 0)
+        starts = tf.concat([[True], tf.logical_not(follows)], 0)[: tf.size(blocks)]  # no blocks: no run
         segment = tf.cumsum(tf.cast(starts, tf.int64)) - 1
-        runs = segment[-1] + 1
         first = tf.cast(tf.where(starts)[:, 0], tf.int64)
+        runs = tf.size(first, out_type=tf.int64)
         # On object storage a listing per window would be a request per window, and its error
         # would name the directory: there TensorFlow's own NotFoundError names the missing object.
         checks = [] if remote else [_files_exist(names, tf.gather(per_file, which))]
@@ -253,7 +256,7 @@ def seekable_block_batches(req: Request, index: BlockIndex) -> tf.data.Dataset:
 class _SeekableOrder:
     """The seekable order's stages, each a function of the pipeline's fixed facts (set here):
 
-    passes -> windows_of_pass -> scan(keep) -> plan -> read -> rows_of_window -> window_batches
+    starts -> windows_of_pass -> scan(keep) -> plan -> read -> rows_of_window -> window_batches
     """
 
     def __init__(self, req: Request, index: BlockIndex):
@@ -292,10 +295,7 @@ class _SeekableOrder:
         # state keeps the pass, the seed and the fingerprint: a checkpoint restores them
         # (tf.data restores a flat_map's inner iterator by replaying its position, not its
         # state, so the scan stands outside it).
-        passes = tf.data.Dataset.random(seed=self.seed % 2**31, rerandomize_each_iteration=True).take(1)
-        # A pass number of 30 bits: _key keeps it apart from the epoch or window index.
-        ds = passes.map(lambda r: (r % _PASSES, self.first_batch()))
-        ds = ds.flat_map(self.windows_of_pass)
+        ds = self.starts().flat_map(self.windows_of_pass)
         if self.stream is None:
             ds = ds.repeat()  # never repeats (the pass is endless); tells tf.data the cardinality is infinite
         state = (tf.constant(self.seed, tf.int64), tf.constant(self.fingerprint, tf.int64), tf.constant(-1, tf.int64))
@@ -308,6 +308,25 @@ class _SeekableOrder:
         ds = ds.map(self.rows_of_window, num_parallel_calls=parallel, deterministic=True)
         return ds.flat_map(self.window_batches)
 
+    def starts(self):
+        """-> (pass, first batch), after _HEADS head elements (first -1) that read the first batch.
+
+        A restore replays each flat_map's current input element from its input's state
+        saved before that element. A start_batch variable read by the element the windows
+        come from would be read again then, when the step counter has moved on, and the
+        restored iterator would seek elsewhere. So a scan reads it into its state (which a
+        checkpoint saves) on head elements that flow through the stages as empty windows:
+        by the first real window, every flat_map's saved input is past the read.
+        """
+        # A pass number of 30 bits: _key keeps it apart from the epoch or window index.
+        passes = tf.data.Dataset.random(seed=self.seed % 2**31, rerandomize_each_iteration=True).take(_HEADS + 1)
+        return passes.scan((tf.constant(0, tf.int64), tf.constant(-1, tf.int64)), self.read_first)
+
+    def read_first(self, state, r):
+        count, first = state
+        first = tf.cond(tf.equal(count, 0), self.first_batch, lambda: first)
+        return (count + 1, first), (r % _PASSES, tf.where(count < _HEADS, tf.constant(-1, tf.int64), first))
+
     def first_batch(self):
         """Where a new iterator starts: batch 0, or `start_batch` (a variable is read now)."""
         if self.req.start_batch is None:
@@ -315,13 +334,16 @@ class _SeekableOrder:
         return read_start(self.req.start_batch)
 
     def windows_of_pass(self, this_pass, first):
+        """-> (pass, window, batches of it to drop); the head element: window -1, once."""
         # Seeking: whole windows before the first batch are not read; the first window
         # drops the batches before it (a window holds whole batches).
+        head = first < 0
         w0, drop = first * self.batch // self.window, first * self.batch % self.window // self.batch
-        ds = tf.data.Dataset.range(w0, self.windows)
+        minus_one, zero = tf.constant(-1, tf.int64), tf.constant(0, tf.int64)
+        ds = tf.data.Dataset.range(tf.where(head, minus_one, w0), tf.where(head, zero, self.windows))
         if self.stream is None:
-            ds = ds.repeat()
-        return ds.map(lambda w: (this_pass, w, tf.where(tf.equal(w, w0), drop, 0)))
+            ds = ds.repeat(tf.where(head, -minus_one, minus_one))
+        return ds.map(lambda w: (this_pass, w, tf.where(tf.logical_and(tf.equal(w, w0), w >= 0), drop, 0)))
 
     def epoch_orders(self, seed, this_pass, epochs):
         """[E] epochs -> [E, blocks]: each epoch's block order, keyed by (seed, pass, epoch).
@@ -370,24 +392,30 @@ class _SeekableOrder:
         orders = tf.reshape(orders, [-1])
         first, last = tf.unstack(tf.searchsorted(ends, tf.stack([start, stop - 1]), side="right", out_type=tf.int64))
         skip = start - ends[first] + tf.gather(self.rows_of, orders[first])
+        head = w < 0  # the head element: an empty window
         with tf.control_dependencies([same]):
-            blocks = orders[first : last + 1]
-        return seed, _key(this_pass, w), w, blocks, skip, stop - start, drop
+            blocks = orders[first : tf.where(head, first, last + 1)]
+        zero = tf.constant(0, tf.int64)
+        return seed, _key(this_pass, w), w, blocks, tf.where(head, zero, skip), tf.where(head, zero, stop - start), drop
 
     def read(self, seed, key, w, blocks, skip, rows, drop):
         # A block short of its frame (a file cut after indexing) yields nothing: _all_read names it.
-        serialized = self.reads(blocks).batch(tf.size(blocks, out_type=tf.int64))
+        count = tf.size(blocks, out_type=tf.int64)
+        serialized = self.reads(blocks).batch(tf.maximum(count, 1))
+        # The head's empty window still passes on, as one empty element.
+        empty = tf.data.Dataset.from_tensors((tf.zeros([0], tf.int64), tf.zeros([0], tf.string)))
+        serialized = serialized.concatenate(empty.filter(lambda *_: tf.equal(count, 0)))
         return serialized.map(lambda positions, s: (seed, key, w, blocks, positions, s, skip, rows, drop))
 
     def rows_of_window(self, seed, key, w, blocks, positions, serialized, skip, rows, drop):
         names = tf.gather(self.files, tf.gather(self.file_of, blocks))
         with tf.control_dependencies([_all_read(positions, blocks, self.index, names)]):
             serialized = tf.identity(serialized)
-        positions = tf.gather(self.in_shard, blocks)
+        in_shard = tf.gather(self.in_shard, blocks)
         values, rows_per_block = parse_blocks(
-            serialized, self.features, with_block_rows=True, locate=located_in(names, positions)
+            serialized, self.features, with_block_rows=True, locate=located_in(names, in_shard)
         )
-        check = check_rows(rows_per_block, tf.gather(self.rows_of, blocks), names, positions)
+        check = check_rows(rows_per_block, tf.gather(self.rows_of, blocks), names, in_shard)
         with tf.control_dependencies([check]):
             if self.shuffle:
                 order = _within_epochs(rows, seed, key, w, self.window, self.total_rows)
