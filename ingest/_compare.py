@@ -505,7 +505,8 @@ def _numeric_panel(ax, a: FeatureStatistics, b: FeatureStatistics) -> None:
 def _categorical_panel(ax, a: FeatureStatistics, b: FeatureStatistics) -> None:
     """The values with the largest share on either side, both sides' shares side by side."""
     fa, fb = frequencies(a), frequencies(b)
-    values = sorted(set(fa) | set(fb), key=lambda v: -max(fa.get(v, 0.0), fb.get(v, 0.0)))[:_PLOT_VALUES]
+    values = sorted(set(fa) | set(fb), key=lambda v: (-max(fa.get(v, 0.0), fb.get(v, 0.0)), str(v)))
+    values = values[:_PLOT_VALUES]
     values = values[::-1]  # barh draws bottom-up
     y = np.arange(len(values))
     ax.barh(y + 0.2, [100 * fa.get(v, 0.0) for v in values], 0.4, color=_COLORS[0], label="baseline")
