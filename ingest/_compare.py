@@ -42,8 +42,9 @@ MISSING_THRESHOLD = 0.1
 
 # Bins of the histograms JS compares, each an equal share of the two sides pooled: the
 # distance does not change when a feature is rescaled (and barely when it is logged), and an
-# outlier does not squeeze the rest into one bin. 10, as TFDV's histograms: on the data above, the x1.5 shifts
-# measured 9x the halves' noise with 10 bins, 5x with 20 (0.150 against 0.029).
+# outlier does not squeeze the rest into one bin. 10, as TFDV's histograms: on the data
+# above, the x1.5 shifts measured 9x the halves' noise with 10 bins, 5x with 20 (0.150
+# against 0.029).
 BINS = 10
 
 
@@ -255,12 +256,15 @@ class _Side:
     class_named: str | None  # the label feature, when the dataset records class names
 
 
-def _base_kind(spec: contract.FeatureSpec | None, s: FeatureStatistics) -> str:
-    """The kind, "number", "text" or "bytes": from the schema, or without one from the statistics' fields."""
+def _base_kind(spec: contract.FeatureSpec | None, s: FeatureStatistics) -> str | None:
+    """The kind, "number", "text" or "bytes": from the schema, or without one from the
+    statistics' fields; None when neither tells (no schema, no values)."""
     if spec is not None:
         return "number" if spec.dtype != "bytes" else "text" if spec.text else "bytes"
     if s.zeros is not None or s.quantiles or s.mean is not None:
         return "number"
+    if not _values(s):
+        return None
     return "text" if s.top else "bytes"
 
 
@@ -298,9 +302,10 @@ def _compare_feature(name, base: _Side, cur: _Side, limits: _Limits, own: float 
         return row, math.inf
     spec_a, spec_b = base.specs.get(name), cur.specs.get(name)
     kind_a, kind_b = _base_kind(spec_a, a), _base_kind(spec_b, b)
-    if kind_a != kind_b:
+    if kind_a and kind_b and kind_a != kind_b:
         note = f"a {kind_a} feature in the baseline, {kind_b} in the current dataset"
         return DriftRow(name, "schema", None, None, None, *missing, True, note), math.inf
+    kind_a = kind_a or kind_b or "bytes"  # a side without values takes the other's kind
     schema = _schema_change(spec_a, spec_b)
     notes = [schema] if schema else []
     distance = metric = threshold = None
@@ -309,10 +314,11 @@ def _compare_feature(name, base: _Side, cur: _Side, limits: _Limits, own: float 
         notes.append("binary values: only the missing share is compared")
     elif kind_a == "text" or name in (base.class_named, cur.class_named) or (_few_values(a) and _few_values(b)):
         kind, metric, threshold = "categorical", "l_infinity", limits.categorical
-        distance = l_infinity(frequencies(a), frequencies(b))
-        if _truncated(a) or _truncated(b):
-            shown = max(len(a.top), len(b.top))
-            notes.append(f"over the {shown:,} most frequent values recorded")
+        if _values(a) and _values(b):
+            distance = l_infinity(frequencies(a), frequencies(b))
+            if _truncated(a) or _truncated(b):
+                shown = max(len(a.top), len(b.top))
+                notes.append(f"over the {shown:,} most frequent values recorded")
     else:
         kind, metric, threshold = "numeric", "jensen_shannon", limits.numeric
         histograms = numeric_histograms(a, b)

@@ -280,6 +280,18 @@ def test_categories_compare_by_the_largest_change_of_a_share():
     assert truncated.row("city").note == "over the 1 most frequent values recorded"
 
 
+def test_a_feature_without_values_on_one_side_drifts_by_its_missing_share():
+    gone = FeatureStatistics(count=0, missing=100)
+    text = FeatureStatistics(
+        count=100, missing=0, distinct=1, distinct_exact=True, top=(ValueCount("a", 100),), top_exact=True
+    )
+    for present in (text, _numbers(np.linspace(0, 1, 101), count=100)):
+        row = compare(_stats(f=present), _stats(f=gone)).row("f")
+        assert row.kind in ("categorical", "numeric") and row.distance is None
+        assert (row.missing_baseline, row.missing_current, row.drifted) == (0, 1, True)
+        assert row.note == "no values in the current dataset; missing share changed by 1.00 > 0.1"
+
+
 # --- the report ---------------------------------------------------------------------------
 
 
