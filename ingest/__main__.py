@@ -2,6 +2,7 @@
 
 python -m ingest diagnose PATH --step_time_ms T
 python -m ingest describe PATH [--split S] [--plot out.png]
+python -m ingest compare BASELINE CURRENT [--split S] [--threshold FEATURE=VALUE ...] [--plot out.png]
 python -m ingest service dispatcher --port 5050
 python -m ingest service worker --dispatcher grpc://HOST:5050 [--port 5051]
 """
@@ -56,6 +57,30 @@ def main(argv=None) -> int:
     desc.add_argument("path", help="a converted dataset (local or gs://)")
     desc.add_argument("--split", help="one split's statistics (default: all splits together)")
     desc.add_argument("--plot", help="write histograms and top values of every feature to this PNG")
+    cmp = sub.add_parser(
+        "compare",
+        help="drift of CURRENT from BASELINE, per feature, from their recorded statistics; exit 1 if any drifted",
+    )
+    cmp.add_argument("baseline", help="the reference dataset (local or gs://)")
+    cmp.add_argument("current", help="the dataset to check against it")
+    cmp.add_argument("--split", default="train", help="whose statistics to compare (default: train)")
+    cmp.add_argument(
+        "--threshold",
+        action="append",
+        default=[],
+        metavar="FEATURE=VALUE",
+        help="a feature's own distance threshold (repeatable); 1 never flags it",
+    )
+    cmp.add_argument(
+        "--numeric_threshold", "--numeric-threshold", type=float, help="largest JS divergence that is not drift"
+    )
+    cmp.add_argument(
+        "--categorical_threshold", "--categorical-threshold", type=float, help="largest L-infinity that is not drift"
+    )
+    cmp.add_argument(
+        "--missing_threshold", "--missing-threshold", type=float, help="largest change in the share of missing records"
+    )
+    cmp.add_argument("--plot", help="write the worst features' histograms and top values to this PNG")
     svc = sub.add_parser("service", help="run a tf.data service dispatcher or worker (until stopped)")
     roles = svc.add_subparsers(dest="role", required=True)
     disp = roles.add_parser("dispatcher", help="hands out work and tracks workers")
@@ -87,6 +112,8 @@ def main(argv=None) -> int:
         help="how often to report to the dispatcher; keep well under its --worker_timeout_ms",
     )
     args = p.parse_args(argv)
+    if args.command == "compare":  # its exit 1 means drift, so it reports errors itself, with 2
+        return _compare(args)
     try:
         _optional.tensorflow(f"`ingest {args.command}`")
     except ImportError as e:
@@ -135,6 +162,45 @@ def _describe(args) -> int:
         print(f"error: {message}", file=sys.stderr)
         return 1
     return 0
+
+
+def _compare(args) -> int:
+    """0: no drift; 1: drift (the last line names the features); 2: an error (one line)."""
+    try:
+        _optional.tensorflow("`ingest compare`")
+        from ingest import _compare
+
+        thresholds = dict(_feature_threshold(t) for t in args.threshold)
+        given = {
+            k: v
+            for k in ("numeric_threshold", "categorical_threshold", "missing_threshold")
+            if (v := getattr(args, k)) is not None
+        }
+        report = _compare.compare(args.baseline, args.current, split=args.split, thresholds=thresholds, **given)
+        print(report)
+        if args.plot:
+            panels = report.plot(args.plot)
+            print(f"\nwrote {args.plot} ({panels} features)")
+    except (ValueError, KeyError, TypeError, OSError, ImportError) as e:
+        message = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+    if report.drifted:
+        print(f"\ndrift in {len(report.drifted)} feature(s): {', '.join(report.drifted)}")
+        return 1
+    return 0
+
+
+def _feature_threshold(text: str) -> tuple:
+    name, sep, value = text.rpartition("=")
+    try:
+        if not sep or not name:
+            raise ValueError
+        return name, float(value)
+    except ValueError:
+        raise ValueError(
+            f"--threshold expects FEATURE=VALUE with a number for VALUE, e.g. wind=0.2; got {text!r}"
+        ) from None
 
 
 def _service(args) -> int:
