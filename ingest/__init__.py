@@ -34,6 +34,8 @@ __all__ = [
     "FeatureStatistics",
     "StopAtStep",
     "spans",
+    "compare",
+    "DriftReport",
 ]
 
 _LAZY = {
@@ -56,6 +58,8 @@ _LAZY = {
     "DatasetInfo": "ingest.contract",
     "FeatureSpec": "ingest.contract",
     "spans": "ingest._spans",
+    "compare": "ingest._compare",
+    "DriftReport": "ingest._compare",
 }
 
 # Old names that still resolve, with a DeprecationWarning on each use: old name -> new name.

@@ -76,7 +76,11 @@ def make_dataset(
     saying what was given and what is valid.
 
     Source:
-        path: the dataset directory `beam_jobs.convert` wrote, local or `gs://`.
+        path: the dataset directory `beam_jobs.convert` wrote, local or `gs://`; or
+            several read as one (spans of daily data): a list of them, a glob
+            (`"gs://b/flights/2026-11-*"`), or `ingest.spans(root, last=N)`. Their
+            features must agree; every row of every span comes once per epoch, shuffled
+            across spans.
         split: which split to read ("train", "validation", ...).
         features: names of the features to read; None reads them all. On an image
             dataset, naming features reads them raw, without decoding.

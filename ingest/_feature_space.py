@@ -60,7 +60,8 @@ def feature_space(path: str, *, features=None, output_mode: str = "concat", spli
     """Returns a `keras.utils.FeatureSpace` adapted from the dataset's statistics.
 
     Args:
-      path: a converted dataset (local or gs://), converted with statistics (the default).
+      path: a converted dataset (local or gs://), converted with statistics (the default);
+        or a list or glob of them (spans), whose statistics are merged.
       features: {name: spec} as `keras.utils.FeatureSpace` takes them
         (`FeatureSpace.float_normalized()`, `"string_categorical"`, ...); None picks
         specs from the schema and statistics (`default_features`).

@@ -69,6 +69,12 @@ def workdir(tmp_path_factory):
     )
     common = ("--splits", "train=0.8,eval=0.2")
     run_convert("--source", "csv", "--input", src, "--output", root / "out" / "ds", "--label", "label", *common)
+    later = np.random.default_rng(3)  # a later day whose prices drifted up (docs/drift.md)
+    new = write_text(
+        root / "data" / "new.csv",
+        "price,x,label\n" + "".join(f"{later.lognormal(4, 1):.2f},{later.normal():.3f},{i % 3}\n" for i in range(n)),
+    )
+    run_convert("--source", "csv", "--input", new, "--output", root / "out" / "ds-new", "--label", "label", *common)
     penguins = _penguins(root)
     run_convert(
         "--source", "csv", "--input", penguins, "--output", root / "out" / "penguins", "--label", "species", *common
