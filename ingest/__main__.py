@@ -2,7 +2,7 @@
 
 python -m ingest diagnose PATH --step_time_ms T
 python -m ingest describe PATH [--split S] [--plot out.png]
-python -m ingest compare BASELINE CURRENT [--split S] [--threshold FEATURE=VALUE ...] [--plot out.png]
+python -m ingest compare BASELINE CURRENT [--split S] [--current_split S] [--threshold F=V ...] [--plot out.png]
 python -m ingest service dispatcher --port 5050
 python -m ingest service worker --dispatcher grpc://HOST:5050 [--port 5051]
 """
@@ -61,9 +61,12 @@ def main(argv=None) -> int:
         "compare",
         help="drift of CURRENT from BASELINE, per feature, from their recorded statistics; exit 1 if any drifted",
     )
-    cmp.add_argument("baseline", help="the reference dataset (local or gs://)")
-    cmp.add_argument("current", help="the dataset to check against it")
+    cmp.add_argument("baseline", help="the reference dataset (local or gs://), or a glob of spans ('spans/2026-11-1*')")
+    cmp.add_argument("current", help="the dataset (or glob of spans) to check against it")
     cmp.add_argument("--split", default="train", help="whose statistics to compare (default: train)")
+    cmp.add_argument(
+        "--current_split", "--current-split", help="the current side's split, if another (e.g. eval against train)"
+    )
     cmp.add_argument(
         "--threshold",
         action="append",
@@ -176,7 +179,14 @@ def _compare(args) -> int:
             for k in ("numeric_threshold", "categorical_threshold", "missing_threshold")
             if (v := getattr(args, k)) is not None
         }
-        report = _compare.compare(args.baseline, args.current, split=args.split, thresholds=thresholds, **given)
+        report = _compare.compare(
+            args.baseline,
+            args.current,
+            split=args.split,
+            current_split=args.current_split,
+            thresholds=thresholds,
+            **given,
+        )
         print(report)
         if args.plot:
             panels = report.plot(args.plot)

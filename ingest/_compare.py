@@ -90,6 +90,18 @@ class DriftReport:
     missing_threshold: float
     # The two sides' {feature: FeatureStatistics}: what `plot` draws.
     statistics: tuple = dataclasses.field(default=({}, {}), repr=False, compare=False)
+    current_split: str | None = None  # the current side's split, where it is not `split`
+
+    @property
+    def where(self) -> str:
+        """Which splits were compared, in words."""
+
+        def named(split):
+            return f"split {split!r}" if split else "all splits"
+
+        if self.current_split is None or self.current_split == self.split:
+            return named(self.split)
+        return f"{named(self.current_split)} against {named(self.split)}"
 
     @property
     def drifted(self) -> tuple:
@@ -103,10 +115,9 @@ class DriftReport:
         raise KeyError(f"no feature {feature!r} in this report; features: {[r.feature for r in self.rows]}")
 
     def __str__(self) -> str:
-        where = f"split {self.split!r}" if self.split else "all splits"
         drifted = self.drifted
         head = (
-            f"{self.current} (current) against {self.baseline} (baseline), {where}: "
+            f"{self.current} (current) against {self.baseline} (baseline), {self.where}: "
             f"{len(self.rows)} features, {len(drifted)} drifted (missing share threshold {self.missing_threshold:g})"
         )
         columns = ["feature", "kind", "metric", "distance", "threshold", "missing", "drifted", "note"]
@@ -398,6 +409,7 @@ def compare(
     current,
     *,
     split: str | None = "train",
+    current_split: str | None = None,
     thresholds: Mapping | None = None,
     numeric_threshold: float = NUMERIC_THRESHOLD,
     categorical_threshold: float = CATEGORICAL_THRESHOLD,
@@ -417,6 +429,8 @@ def compare(
         paths, a `DatasetInfo` or a `Statistics`.
       current: the data to check, in the same forms.
       split: whose statistics to compare; None for all splits together.
+      current_split: the current side's split, when it is another (e.g. "eval" against a
+        baseline's "train", or a dataset against itself); by default `split`.
       thresholds: {feature: threshold} replacing the numeric or categorical threshold for
         those features (1 never flags the distance; the missing share still counts).
       numeric_threshold: the largest Jensen-Shannon divergence (0 to 1) that is not drift.
@@ -432,7 +446,8 @@ def compare(
         categorical=_check_threshold("categorical_threshold", categorical_threshold),
         missing=_check_threshold("missing_threshold", missing_threshold),
     )
-    base, cur = _side(baseline, "baseline", split), _side(current, "current", split)
+    other = split if current_split is None else current_split
+    base, cur = _side(baseline, "baseline", split), _side(current, "current", other)
     names = list(base.stats) + [n for n in cur.stats if n not in base.stats]
     thresholds = dict(thresholds or {})
     unknown = [n for n in thresholds if n not in names]
@@ -448,6 +463,7 @@ def compare(
         split=split,
         missing_threshold=limits.missing,
         statistics=(base.stats, cur.stats),
+        current_split=None if other == split else other,
     )
 
 
@@ -486,8 +502,7 @@ def _plot(report: DriftReport, path: str, features: int) -> int:
             title += f"\nmissing {_share(r.missing_baseline)} → {_share(r.missing_current)}"
         ax.set_title(title, fontsize=10, color="#b02020" if r.drifted else "black")
     axes.flat[0].legend(fontsize=8)
-    where = f"split {report.split!r}" if report.split else "all splits"
-    fig.suptitle(f"baseline {report.baseline} vs current {report.current} ({where})", fontsize=10)
+    fig.suptitle(f"baseline {report.baseline} vs current {report.current} ({report.where})", fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.96))  # room for the title
     fig.savefig(path, dpi=90)
     plt.close(fig)

@@ -377,3 +377,18 @@ def test_defaults_hold_over_many_random_halves(weather, convert):
             worst[r.feature] = max(worst.get(r.feature, 0), r.distance)
     assert max(worst[f] for f in NUMBERS) < NUMERIC_THRESHOLD / 2  # measured: 0.016 over 200 seeds
     assert worst["weather"] < CATEGORICAL_THRESHOLD  # measured: 0.077
+
+
+def test_lists_of_spans_and_splits_compare(full, halves, convert, weather, capsys):
+    # Two halves read as one are the whole: their merged statistics do not drift from it.
+    report = compare(list(halves), full)
+    assert report.drifted == () and max(report.row(f).distance for f in NUMBERS) < 0.01
+    assert "half_a" in report.baseline and "half_b" in report.baseline
+    # A glob of spans on the command line.
+    assert cli.main(["compare", str(halves[0]).replace("half_a", "half_*"), full]) == 0
+    # One dataset's eval split against its train split.
+    both = convert(weather, "split", "--splits", "train=0.5,eval=0.5")
+    report = compare(both, both, current_split="eval")
+    assert report.drifted == () and "split 'eval' against split 'train'" in str(report)
+    assert cli.main(["compare", both, both, "--current_split", "eval"]) == 0
+    assert "split 'eval' against split 'train'" in capsys.readouterr().out
