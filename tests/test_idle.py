@@ -57,16 +57,20 @@ def test_report_summary_and_distributions():
         ingest.measure_idle(_paced(5), step_time_ms=1)
 
 
-def test_keras_train_step_consumer_measures_wait_and_step():
+def test_a_keras_step_is_timed_on_free_input_and_laid_on_the_timeline():
     x = np.random.default_rng(0).normal(size=(640, 4)).astype("float32")
     y = (x.sum(axis=1) > 0).astype("int64")
-    slow = sleep_each(tf.data.Dataset.from_tensor_slices((x, y)).batch(32), 15)
     model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(2)])
-    model.compile("sgd", tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    report = ingest.measure_train_step(model, slow, warmup_steps=3)
-    assert report.steps == 17
-    assert np.median(report.steady_waits) > 0.012  # the 15 ms load is paid in next()
-    assert report.total_step_time > report.total_wait > 0
+    model.compile("sgd", tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), steps_per_execution=4)
+    weights = [w.numpy() for w in model.weights]
+    fast = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat().prefetch(4)
+    report = ingest.measure_train_step(model, fast, steps=100, warmup_steps=10)
+    step = report.computes[0]
+    assert report.steps == 100 and all(c == step for c in report.computes) and 0 < step < 0.05
+    assert report.idle_fraction < 0.05  # batches from memory keep up with a small model's step
+    slow = sleep_each(tf.data.Dataset.from_tensor_slices((x, y)).batch(32), 1000 * step + 5).repeat()
+    assert ingest.measure_train_step(model, slow, steps=30, warmup_steps=3).idle_fraction > 0.5
+    assert all(np.array_equal(w.numpy(), before) for w, before in zip(model.weights, weights))  # put back
 
 
 def test_plain_python_iterables_of_numpy_batches_are_measured_too():
@@ -75,3 +79,47 @@ def test_plain_python_iterables_of_numpy_batches_are_measured_too():
     batches = ((np.zeros((8, 3)), np.zeros(8)) for _ in range(12))
     report = ingest.measure_idle(batches, step_time_ms=1, warmup_steps=2)
     assert report.examples == 10 * 8 and len(report.waits) == 12  # steady-state examples; waits include warm-up
+
+
+def _batch22():
+    """A batch as a tabular pipeline gives it: 22 tensors of 256 rows."""
+    return {f"f{i}": tf.zeros([256], tf.float32 if i % 2 else tf.int64) for i in range(22)}
+
+
+def _producer(kind: str) -> tf.data.Dataset:
+    from tensorflow.python.data.experimental.ops import testing
+
+    ds = tf.data.Dataset.from_tensors(_batch22()).repeat()
+    if kind == "sleep_10us":  # ~0.1 ms a batch: tf.data's testing sleep overshoots ~100 us
+        ds = ds.apply(testing.sleep(10))
+    elif kind.startswith("sleep_"):
+        ds = sleep_each(ds, float(kind[len("sleep_") : -2]))
+    return ds.prefetch(8)
+
+
+@pytest.mark.parametrize(
+    "kind, factor",
+    [
+        ("fast", 2.0),
+        ("sleep_10us", 0.5),
+        ("sleep_10us", 2.0),
+        ("sleep_1ms", 0.5),
+        ("sleep_1ms", 2.0),
+        pytest.param("sleep_25ms", 0.5, marks=pytest.mark.slow),
+        pytest.param("sleep_25ms", 2.0, marks=pytest.mark.slow),
+    ],
+)
+def test_the_meter_reads_the_analytic_idle_of_producers_of_known_speed(kind, factor):
+    """A producer's per-batch time P, measured in the graph; a device step of factor * P
+    idles max(0, 1 - factor) of the time. Steps from ~0.06 ms to ~50 ms."""
+    from ingest._idle import batch_time_ms
+
+    produce = batch_time_ms(_producer(kind), batches=max(40, int(300 / _nominal_ms(kind))))
+    step = factor * produce
+    report = ingest.measure_idle(_producer(kind), step_time_ms=step, steps=int(max(40, 800 / step)), warmup_steps=20)
+    expected = max(0.0, 1 - factor)
+    assert abs(report.idle_fraction - expected) <= 0.05, (kind, produce, step, report.idle_fraction)
+
+
+def _nominal_ms(kind: str) -> float:
+    return {"fast": 0.07, "sleep_10us": 0.11}.get(kind) or float(kind[len("sleep_") : -2])
