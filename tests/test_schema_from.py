@@ -310,6 +310,36 @@ def test_a_missing_or_broken_schema_dataset_is_one_clear_error(tmp, capsys):
     assert not os.path.exists(tmp / "out")
 
 
+@pytest.mark.slow
+def test_a_schema_on_gcs_is_carried_and_one_gcs_refuses_names_the_role(tmp, capsys, monkeypatch):
+    from tests.gcs import GcsEmulator  # a real GCS server on loopback
+
+    emulator = GcsEmulator(str(tmp))
+    try:
+        for k, v in emulator.env().items():
+            monkeypatch.setenv(k, v)
+        emulator.client().create_bucket("bkt")
+        # (The first gs:// job of a process waits ~20 s while Beam looks for credentials.)
+        days = _span(tmp / "first.csv", _days("2012/01", "2012/07"))
+        first = _csv(days, "gs://bkt/spans/first", "--label", "weather")
+        src = _span(tmp / "aug.csv", _august(), whole_numbers=["precipitation"])
+        info = _csv(src, tmp / "aug", "--schema_from", "gs://bkt/spans/first/")
+        assert _schema(info) == _schema(first) and info.labels == _CLASSES
+        assert info.source["schema_from"] == {"dataset": "gs://bkt/spans/first", "job": first.source["job"]}
+        with pytest.raises(ConversionError, match=r"--schema_from gs://bkt/spans/none is not a converted dataset"):
+            _csv(src, tmp / "none", "--schema_from", "gs://bkt/spans/none")
+        # IAM is not emulated: the relay answers 403 for this bucket, as GCS would.
+        argv = ["--source", "csv", "--input", src, "--output", str(tmp / "refused")]
+        argv += ["--schema_from", "gs://forbidden/d"]
+        assert convert.main(argv) == 1
+        (error,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+        assert error.startswith("error: permission denied on --schema_from gs://forbidden/d/dataset_info.json: 403")
+        assert "roles/storage.objectViewer on the bucket of the dataset whose schema it carries" in error
+        assert not (tmp / "refused").exists()
+    finally:
+        emulator.stop()
+
+
 def test_options_that_conflict_with_a_carried_schema_are_refused(tmp, first_span):
     src = _span(tmp / "aug.csv", _august())
     with pytest.raises(

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from apache_beam.io.filesystems import FileSystems
 
-from beam_jobs._errors import ConversionError, storage_error
+from beam_jobs._errors import ConversionError, is_denied, storage_error
 from beam_jobs.output import directory as output_dir
 from beam_jobs.sources import column_types
 from ingest import contract
@@ -128,7 +128,7 @@ def load(dataset: str) -> CarriedSchema:
     try:
         text = output_dir.read_text(path)
     except Exception as e:  # Beam raises several types; a missing file among them
-        if not _exists(path):
+        if not is_denied(e) and not _exists(path):
             if dataset.endswith("/" + contract.METADATA_FILENAME):
                 raise ConversionError(
                     f"--schema_from {dataset} names a metadata file: name its dataset's directory, "
