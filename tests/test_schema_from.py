@@ -116,6 +116,16 @@ def test_inferred_spans_disagree_where_carried_ones_agree(tmp, first_span):
     rainy = next(d["date"] for d in _august() if d["weather"] == "rain")
     assert _label_ids(tmp / "inferred")[rainy] == 1
     assert _label_ids(tmp / "carried")[rainy] == 2 == _label_ids(first_span)["2012/01/02"]  # a rainy day
+    # The runtime reads carried spans as one, and refuses inferred ones, naming what differs.
+    both = ingest.load_info([first_span, str(tmp / "carried")])
+    assert both.split("train").records == 213 + 31 and both.labels == _CLASSES
+    features, labels = next(iter(ingest.make_dataset([first_span, str(tmp / "carried")], batch_size=300)))
+    assert features["precipitation"].dtype.name == "float32" and labels.shape == (244,)
+    with pytest.raises(
+        ValueError,
+        match=r"feature .precipitation. is int64 scalar, default 0 in .*inferred but float32 scalar.*--schema_from",
+    ):
+        ingest.load_info([first_span, str(tmp / "inferred")])
 
 
 def test_values_that_do_not_fit_the_carried_schema_are_quarantined_with_a_reason(tmp, first_span):
