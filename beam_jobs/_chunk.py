@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from beam_jobs.encode.tfrecord import frames_data, key_ranges
 from beam_jobs.output import shard_plan
-from beam_jobs.sources import readers
+from beam_jobs.sources import carried_schema, readers
 
 __all__ = ["Typed", "typed", "Routing", "splits_of", "route", "routed"]
 
@@ -30,7 +30,8 @@ class Typed:
 
 
 def typed(source, path: str, chunk: readers.Chunk, types: dict, label: str | None) -> Typed:
-    """Types a chunk with its source's rules; quarantines bad cells and missing labels."""
+    """Types a chunk with its source's rules; quarantines bad cells, missing labels, and
+    text labels that are none of a carried schema's classes."""
     cols, bad, bad_mask = source.type_chunk(path, chunk, types)
     rows = chunk.rows
     if label is not None:
@@ -47,6 +48,15 @@ def typed(source, path: str, chunk: readers.Chunk, types: dict, label: str | Non
                 )
             )
         bad_mask = bad_mask | missing
+        schema = source.schema
+        if schema is not None and schema.labels and types[label] == ("bytes", ()):
+            # A class id is a position in the schema's classes: a new value would need a new
+            # id, and every span's ids must mean the same classes.
+            unknown = carried_schema.unknown_labels(labels, schema.labels) & ~bad_mask
+            for i in np.flatnonzero(unknown):
+                reason = schema.unknown_label_reason(labels[int(i)].as_py())
+                bad.append(readers.BadRow(path, int(rows[i]), reason, source.row_text(chunk, i), "unknown_label"))
+            bad_mask = bad_mask | unknown
     if bad_mask.any():
         keep = pa.array(~bad_mask)
         cols = [(name, dtype, arr.filter(keep)) for name, dtype, arr in cols]

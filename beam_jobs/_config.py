@@ -40,6 +40,7 @@ class JobConfig:
     layout: str = "rows"  # "rows" | "blocks" (docs/block_format.md)
     block_rows: int | None = None  # rows per block, for the blocks layout
     statistics: bool = True  # per-feature statistics in the metadata (stats.features)
+    schema_from: str | None = None  # the dataset whose schema the source carries (`source.schema`)
 
     @classmethod
     def of(cls, opts: JobOptions, source: Source, *, tmp_dir: str, label: str | None) -> "JobConfig":
@@ -68,12 +69,18 @@ class JobConfig:
         return dataclasses.replace(self, source=self.source.for_workers())
 
     def decide(self, type_counts) -> Decided:
-        """Column types (given, inferred, or the source's schema) and shard counts."""
-        types = self.source.decided_types(type_counts, tolerance=self.max_bad_fraction)
+        """Column types (given, inferred, the source's schema, or one carried) and shard counts."""
+        schema = self.source.schema
+        if schema is None:
+            types = self.source.decided_types(type_counts, tolerance=self.max_bad_fraction)
+            binary = self.source.binary_of(type_counts)
+        else:
+            self.source.check_carried_columns(type_counts)
+            types, binary = schema.types, schema.binary
         for what, column in (("label", self.label), ("split_key", self.split_key)):
             if column is not None and column not in types:
                 raise ConversionError(f"the {what} column {column!r} is not among the columns: {list(types)}")
-        return Decided(types, frozenset(self.source.binary_of(type_counts)), self.shard_counts(type_counts))
+        return Decided(types, frozenset(binary), self.shard_counts(type_counts))
 
     def shard_counts(self, type_counts) -> tuple:
         """Shards per split: as given, or planned from the output's expected size."""
@@ -92,6 +99,12 @@ class JobConfig:
             "num_shards": dict(zip(self.split_names, decided.num_shards)),
         }
         return {**{name: decided_values.get(name, getattr(self, name)) for name in RECORDED}, **self.source.recorded()}
+
+    @property
+    def defaults(self) -> dict | None:
+        """{feature: default} for missing values the writer fills in: a carried schema's
+        (None: the dtype's natural default)."""
+        return self.source.schema.defaults if self.source.schema is not None else None
 
     @property
     def job_id(self) -> str:

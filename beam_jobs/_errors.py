@@ -14,6 +14,7 @@ _FULL = (errno.ENOSPC, errno.EDQUOT)
 _ROLES = {
     "--input": "roles/storage.objectViewer on the input's bucket",
     "--output": "roles/storage.objectAdmin on the output's bucket",
+    "--schema_from": "roles/storage.objectViewer on the bucket of the dataset whose schema it carries",
 }
 # google-cloud-storage's errors read "403 GET <url>: <GCS's message>"; the path is named already.
 _REQUEST = re.compile(r"^(\d{3} )[A-Z]+ https?://\S+: ")

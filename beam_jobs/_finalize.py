@@ -30,6 +30,7 @@ def _join(base: str, name: str) -> str:
 
 
 def build_features(cfg: JobConfig, stats: ConversionStats, decided: Decided) -> tuple:
+    defaults = cfg.defaults or {}  # a carried schema's; else each dtype's natural default
     features = []
     for name, (dtype, shape) in decided.types.items():
         features.append(
@@ -38,6 +39,7 @@ def build_features(cfg: JobConfig, stats: ConversionStats, decided: Decided) -> 
                 dtype=dtype,
                 shape=shape,
                 missing=int(stats.missing.get(name, 0)),
+                default=defaults.get(name),
                 role=cfg.source.role(name, cfg.label),
                 text=dtype == "bytes" and name not in decided.binary,
                 min_length=stats.min_len.get(name),
@@ -51,12 +53,14 @@ def _check_quality(cfg: JobConfig, stats: ConversionStats, quarantine: list) -> 
     total, bad = stats.rows, stats.bad
     where = f"{cfg.tmp_dir}/quarantine/"
     source = cfg.source
+    # A carried schema's types are not the input's to choose: no --column hint then.
+    hint = source.quality_hint() if source.schema is None else "start a new schema (convert without --schema_from), "
     if total and bad / total > cfg.max_bad_fraction:
         reasons = ", ".join(f"{k}: {v}" for k, v in sorted(stats.reasons.items()))
         raise ConversionError(
             f"{bad} of {total} rows ({bad / total:.3%}) were quarantined ({reasons}), more than "
             f"--max_bad_fraction={cfg.max_bad_fraction}. No dataset was written. The bad rows, with "
-            f"their source and reason, are in {where}. Fix the input, {source.quality_hint()}"
+            f"their source and reason, are in {where}. Fix the input, {hint}"
             "or raise --max_bad_fraction."
         )
     if total - bad == 0:
@@ -143,7 +147,11 @@ def _commit_plan(cfg: JobConfig, shards: list, stats: ConversionStats, quarantin
         moves.append((q["path"], rel))
         quarantine_files.append({"path": rel, "records": q["records"]})
     statistics = Statistics.from_json(stats.statistics_json(cfg.split_names)) if cfg.statistics else None
-    classes, label_warnings = _label_classes(cfg.label, features, statistics)
+    schema = cfg.source.schema
+    if schema is None:
+        classes, label_warnings = _label_classes(cfg.label, features, statistics)
+    else:
+        classes, label_warnings = _carried_classes(cfg.label, features, schema)
     info = contract.DatasetInfo(
         features=features,
         splits=tuple(splits),
@@ -155,6 +163,7 @@ def _commit_plan(cfg: JobConfig, shards: list, stats: ConversionStats, quarantin
             "files": cfg.source.input_count,
             "bytes": cfg.source.input_bytes,
             "schema": cfg.source.schema_origin,
+            **({"schema_from": schema.provenance()} if schema is not None else {}),
             "rows": stats.rows,
             "job": cfg.job_id,
         },
@@ -187,6 +196,18 @@ def _label_classes(label: str | None, features: tuple, statistics: Statistics | 
         why = "--no_statistics" if statistics is None else "more distinct values than are counted exactly"
         return (), (f"text label {label!r}: its classes are not recorded ({why}); make_dataset yields it as text",)
     return tuple(sorted(str(v) for v in vocabulary)), ()
+
+
+def _carried_classes(label: str | None, features: tuple, schema) -> tuple:
+    """A carried text label's classes: the schema's, as they are, so that a class id means
+    the same class in every span (values that are none of them were quarantined)."""
+    spec = next((f for f in features if f.name == label), None)
+    if spec is None or not (spec.text and spec.is_scalar) or schema.labels:
+        return schema.labels, ()
+    return (), (
+        f"text label {label!r}: its classes are not recorded, as --schema_from {schema.dataset} records none; "
+        "make_dataset yields it as text",
+    )
 
 
 def _move_into_place(cfg: JobConfig, moves: list) -> None:

@@ -4,6 +4,7 @@ CLI's flags, WriteDataset's keywords and the recorded options made from its decl
 from __future__ import annotations
 
 import dataclasses
+import os
 import uuid
 
 from beam_jobs._errors import ConversionError
@@ -43,6 +44,11 @@ def _splits(value) -> tuple:
         return tuple(shard_plan.parse_splits(value).items())
     except ValueError as e:
         raise ConversionError(str(e)) from e
+
+
+def _dataset_path(value) -> str:
+    """A dataset directory (text or os.PathLike), without a trailing '/'."""
+    return os.fspath(value).rstrip("/")
 
 
 def _option(default=dataclasses.MISSING, *, help: str, type=str, cli="value", **more):
@@ -116,6 +122,13 @@ class JobOptions:
         type=int,
         help=f"rows per block of the blocks layout (default {DEFAULT_BLOCK_ROWS}, at most {MAX_BLOCK_ROWS})",
     )
+    schema_from: str | None = _option(
+        None,
+        help="DATASET: take the features (names, types, shapes, defaults) and the label with its classes from "
+        "this converted dataset's metadata (local or gs://) instead of inferring them, so that spans converted "
+        "day by day agree; a value that does not fit is quarantined, a missing or extra column is an error",
+        parse=_dataset_path,
+    )
     statistics: bool = _option(
         True,
         cli="negatable",
@@ -144,6 +157,10 @@ class JobOptions:
                 f"--block_rows must be in [1, {MAX_BLOCK_ROWS}] (a block is parsed within one window of the "
                 f"runtime's, held in memory), got {self.block_rows}"
             )
+        if self.schema_from is not None and (not isinstance(self.schema_from, str) or not self.schema_from.strip("/")):
+            raise ConversionError(f"--schema_from must name a converted dataset's directory, got {self.schema_from!r}")
+        if self.schema_from is not None and not self.schema_from:
+            raise ConversionError("--schema_from must name a converted dataset's directory, got ''")
         if self.compression not in ("none", "gzip"):
             raise ConversionError(f"--compression must be none or gzip, got {self.compression!r}")
 

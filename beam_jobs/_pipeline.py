@@ -257,7 +257,13 @@ class _CommitShard(beam.DoFn):
                 with OneAhead("ingest-statistics") as helper:  # starts no thread unless given work
                     gather = self._statistics_of(stats, helper, split, shard, type_counts) if stats else None
                     frames = write_block_shard(
-                        fragments, out, rng=rng, block_rows=cfg.block_rows, budget=self._budget, on_rows=gather
+                        fragments,
+                        out,
+                        rng=rng,
+                        block_rows=cfg.block_rows,
+                        budget=self._budget,
+                        on_rows=gather,
+                        defaults=cfg.defaults,
                     )
                 if stats is not None:
                     yield beam.pvalue.TaggedOutput(self.STATS, stats.pack())

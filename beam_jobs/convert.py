@@ -27,7 +27,7 @@ from beam_jobs._errors import ConversionError
 from beam_jobs._job_options import JobOptions
 from beam_jobs._pipeline import ConvertToTFRecords
 from beam_jobs.output import directory as output_dir
-from beam_jobs.sources import ADAPTER_FOR_FORMAT
+from beam_jobs.sources import ADAPTER_FOR_FORMAT, carried_schema
 from beam_jobs.sources.base import flag
 from ingest import contract
 
@@ -70,12 +70,16 @@ def make_config(args, pipeline_options: PipelineOptions | None = None) -> JobCon
     adapter = ADAPTER_FOR_FORMAT[opts.source]
     adapter.check_flags(args)
     layout_for(opts, adapter)
+    schema = carried_schema.of_options(opts)  # read before the input is listed: a bad one fails first
     source = adapter.open(args)
+    if schema is not None:
+        source = source.carrying(schema, selected=opts.columns is not None)
     if opts.split_key is not None and opts.split_key not in source.columns:
         raise ConversionError(
             f"--split_key {opts.split_key!r} is not a feature of the records; features: {list(source.columns)}"
         )
-    return JobConfig.of(opts, source, tmp_dir=opts.claim_output(), label=source.fixed_label or opts.label)
+    label = source.fixed_label or (schema.label if schema is not None else opts.label)
+    return JobConfig.of(opts, source, tmp_dir=opts.claim_output(), label=label)
 
 
 def build_pipeline(cfg: JobConfig, options: PipelineOptions) -> beam.Pipeline:

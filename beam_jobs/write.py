@@ -26,6 +26,7 @@ from beam_jobs._errors import ConversionError
 from beam_jobs._job_options import JobOptions, new_job_id
 from beam_jobs._pipeline import ConvertToTFRecords
 from beam_jobs.output import directory as output_dir
+from beam_jobs.sources import carried_schema
 from beam_jobs.sources.rows import RowsSource
 
 __all__ = ["WriteDataset"]
@@ -98,6 +99,8 @@ class WriteDataset(beam.PTransform):
         super().__init__()
         # The same checks as the CLI's flags, at construction: a bad value fails before the pipeline runs.
         self._opts = JobOptions.of_keywords(output, **options)
+        # Read now, as the CLI reads it at launch: a missing schema fails before the pipeline runs.
+        self._schema = carried_schema.of_options(self._opts)
         self._batch_rows = batch_rows
 
     def expand(self, rows):
@@ -120,10 +123,12 @@ class WriteDataset(beam.PTransform):
             columns=opts.columns or (),
             input_bytes=0,
             input_count=0,
-            schema_origin="inferred",
+            schema_origin="inferred" if self._schema is None else "carried",
+            schema=self._schema,
             name=self.label,
         )
-        cfg = JobConfig.of(opts, source, tmp_dir=tmp_dir, label=opts.label)
+        label = opts.label if self._schema is None else self._schema.label
+        cfg = JobConfig.of(opts, source, tmp_dir=tmp_dir, label=label)
         return (
             rows
             # Rows of any windowing are one dataset; batches are cut across windows.

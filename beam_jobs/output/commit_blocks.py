@@ -82,8 +82,8 @@ def _concat(tables: list) -> pa.Table:
 class _BlockSink:
     """Encodes rows into framed blocks of `block_rows` as they come; writes them to `out`."""
 
-    def __init__(self, out, block_rows: int):
-        self._out, self._k = out, block_rows
+    def __init__(self, out, block_rows: int, defaults: dict | None = None):
+        self._out, self._k, self._defaults = out, block_rows, defaults
         self._carry: list = []
         self._carried = 0
         self.blocks = 0
@@ -104,20 +104,23 @@ class _BlockSink:
         full = table.num_rows if final else table.num_rows // self._k * self._k
         for start in range(0, full, self._k * _ROWS_PER_ENCODE):
             part = table.slice(start, min(self._k * _ROWS_PER_ENCODE, full - start))
-            data, _, _, sizes = encode_blocks(_columns(part), part.num_rows, self._k)
+            data, _, _, sizes = encode_blocks(_columns(part), part.num_rows, self._k, self._defaults)
             self._out.write(memoryview(data))
             self.blocks += len(sizes)
         rest = table.slice(full)
         self._carry, self._carried = ([rest], rest.num_rows) if rest.num_rows else ([], 0)
 
 
-def write_block_shard(fragments: list, out, *, rng, block_rows: int, budget: Budget = Budget(), on_rows=None) -> int:
+def write_block_shard(
+    fragments: list, out, *, rng, block_rows: int, budget: Budget = Budget(), on_rows=None, defaults=None
+) -> int:
     """Writes the fragments' rows to `out` as blocks, shuffled row by row when `rng` is
     given (else in source order); returns the number of blocks. `on_rows(columns, n,
     index)` sees each run of rows ([(name, dtype, array)]) as it is read, before the
-    shuffle: the statistics then run beside the permutation and encoding."""
+    shuffle: the statistics then run beside the permutation and encoding. `defaults`:
+    {column: the value a missing one is written as} where not the dtype's natural one."""
     fragments = sorted(fragments, key=lambda f: (tuple(f.order), f.path))
-    sink = _BlockSink(out, block_rows)
+    sink = _BlockSink(out, block_rows, defaults)
     runs = _seen(fragments, on_rows)
     total_bytes = sum(f.bytes for f in fragments)
     if rng is None:

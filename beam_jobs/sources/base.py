@@ -14,13 +14,16 @@ import dataclasses
 import json
 import os
 import posixpath
-from typing import ClassVar, Iterator
+from typing import TYPE_CHECKING, ClassVar, Iterator
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs._errors import ConversionError, storage_error
 from beam_jobs.sources.readers import Chunk
+
+if TYPE_CHECKING:
+    from beam_jobs.sources.carried_schema import CarriedSchema
 
 __all__ = ["Source", "WorkItem", "flag", "match_files", "first_mismatch", "select_columns", "json_row"]
 
@@ -36,8 +39,9 @@ class Source:
     columns: tuple  # the features of every record, in order
     input_bytes: int
     input_count: int  # files, or images
-    schema_origin: str  # "inferred" | "given" | "mixed" | "parquet" | "images"
+    schema_origin: str  # "inferred" | "given" | "mixed" | "parquet" | "images" | "carried"
     binary_columns: tuple = ()  # bytes columns holding binary data, not UTF-8 text
+    schema: CarriedSchema | None = None  # the features and label of --schema_from (`carrying`)
 
     format: ClassVar[str]
     unit: ClassVar[str] = "file"  # what input_count counts, for messages
@@ -65,6 +69,22 @@ class Source:
     def open(cls, args) -> "Source":
         """Lists and inspects the input named by the flags; raises ConversionError."""
         raise NotImplementedError
+
+    def carrying(self, schema: CarriedSchema, *, selected: bool) -> "Source":
+        """This source, typed by a schema carried from another dataset (--schema_from): its
+        columns must be the schema's features, and are read in the schema's order.
+        `selected`: whether --columns chose the columns (for the messages)."""
+        schema.check_columns(
+            self.columns,
+            of=f"--input {self.input_pattern}",
+            selected=selected,
+            drop_hint=f"leave them out with --columns {','.join(schema.names)}",
+        )
+        return dataclasses.replace(self, columns=schema.names, schema=schema, schema_origin="carried")
+
+    def check_carried_columns(self, type_counts) -> None:
+        """Refuses, once the data has been seen, columns that are not the carried schema's
+        features (for a source whose columns are only known then; others check at launch)."""
 
     def expansion(self) -> float:
         """Output bytes per input byte, for planning shard counts."""

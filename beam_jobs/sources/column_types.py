@@ -29,6 +29,8 @@ __all__ = [
     "convert_text_column",
     "bad_cell_reason",
     "canonical_arrow_column",
+    "inexact_in_float32",
+    "inexact_integers",
 ]
 
 _TYPE_ALIASES = {
@@ -52,6 +54,7 @@ _INTEGRAL_RE = (
 _LEADING_ZERO_RE = r"^[+-]?0\d"
 _NON_FINITE_RE = r"(?i)^\s*[+-]?(inf|infinity|nan)\s*$"
 _INT64_LIMITS = ("9223372036854775807", "9223372036854775808")  # largest magnitudes: positive, negative
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 _FLOAT32_EXACT_BITS = 24  # float32 holds an integer exactly iff its odd part is below 2**24
 
 
@@ -202,15 +205,44 @@ def _beyond_float32(text: pa.Array, f32: pa.Array) -> np.ndarray:
 
 
 def _inexact_in_float32(values: pa.Array) -> int:
-    v = values.drop_null().to_numpy(zero_copy_only=False)
+    return int(np.count_nonzero(inexact_in_float32(values)))
+
+
+def inexact_in_float32(values: pa.Array) -> np.ndarray:
+    """Per value of an int64 array, whether float32 cannot hold it exactly (a null: False).
+
+    The rule of float32 columns: an integer is stored in one only if it comes back whole,
+    that is if its odd part (the integer without its trailing zero bits) is below 2**24.
+    """
+    v = pc.fill_null(values, 0).to_numpy(zero_copy_only=False) if values.null_count else values.to_numpy()
     if not len(v):
-        return 0
+        return np.zeros(0, bool)
     magnitude = np.abs(v).astype(np.uint64)  # |-2**63| wraps to 2**63, as wanted
     if magnitude.max() <= 1 << _FLOAT32_EXACT_BITS:
-        return 0
+        return np.zeros(len(v), bool)
     lowest_bit = magnitude & (~magnitude + np.uint64(1))
     odd = magnitude // np.maximum(lowest_bit, np.uint64(1))
-    return int(np.count_nonzero(odd >> np.uint64(_FLOAT32_EXACT_BITS)))
+    return (odd >> np.uint64(_FLOAT32_EXACT_BITS)) != 0
+
+
+def inexact_integers(cells: pa.Array, f32: pa.Array) -> np.ndarray:
+    """Per text cell, whether it is an integer (123, or 123.0 as exports of int columns with
+    gaps write it) that float32 cannot hold exactly: the cells the inference counts as
+    `inexact`, found where a column's type is float32 already (`f32`: the cells as float32).
+
+    Only a value of magnitude 2**24 or more can be one, so only those cells' text is read.
+    """
+    out = np.zeros(len(cells), bool)
+    big = _mask(pc.and_(pc.is_finite(f32), pc.greater_equal(pc.abs(f32), pa.scalar(float(1 << _FLOAT32_EXACT_BITS)))))
+    if not big.any():
+        return out
+    rows = np.flatnonzero(big)
+    text = pc.utf8_trim_whitespace(cells.take(pa.array(rows)).cast(pa.string()))
+    whole = _mask(pc.match_substring_regex(text, _INT_RE)) | _mask(pc.match_substring_regex(text, _INTEGRAL_RE))
+    ints = _int64_values(pc.replace_substring_regex(_where(whole, text), r"\.0*$", ""))
+    beyond_int64 = whole & ~_mask(ints.is_valid())  # inexact, as the inference counts them
+    out[rows] = whole & (beyond_int64 | inexact_in_float32(ints))
+    return out
 
 
 def _inexact_integral_floats(text: pa.Array, f64: pa.Array, floats: np.ndarray) -> int:
@@ -377,13 +409,24 @@ def load_schema_file(text: str, *, path: str) -> dict:
     return {name: normalize_type(str(t), column=name) for name, t in cols.items()}
 
 
-def convert_text_column(col: pa.Array, dtype: str):
+def convert_text_column(col: pa.Array, dtype: str, *, exact_integers: bool = False):
     """Text cells -> typed array. Returns `(array, bad_mask)`; bad cells become null.
 
     A cell is good if it is a number the type holds: int64 takes integers within its range
     (leading zeros, a sign and surrounding spaces allowed); float32 takes any number except
-    a finite one beyond its range (inf and nan stay).
+    a finite one beyond its range (inf and nan stay). With `exact_integers`, float32 also
+    refuses an integer it cannot hold exactly (`inexact_integers`): for a column whose type
+    is fixed (carried from another dataset), which cannot turn text as an inferred one would.
     """
+    values, bad = _convert_text_column(col, dtype)
+    if exact_integers and dtype == "float32":
+        inexact = inexact_integers(col, values)
+        if inexact.any():
+            values, bad = _where(~inexact, values), bad | inexact
+    return values, bad
+
+
+def _convert_text_column(col: pa.Array, dtype: str):
     if dtype == "bytes":
         return col, np.zeros(len(col), bool)
     widest = _widest_class(_text_buffers(col)[0])
@@ -415,11 +458,14 @@ def convert_text_column(col: pa.Array, dtype: str):
 
 
 def bad_cell_reason(value: str, dtype: str) -> str:
-    """Why a cell that `convert_text_column` refused is not a valid `dtype`."""
+    """Why a cell that `convert_text_column` (or `inexact_integers`) refused is not a valid `dtype`."""
     text = value.strip()
     if dtype == "int64" and re.fullmatch(_INT_RE, text, re.ASCII):
         return f"{value!r} is out of int64's range [-{_INT64_LIMITS[1]}, {_INT64_LIMITS[0]}]"
     if dtype == "float32" and re.fullmatch(_FLOAT_RE, text, re.ASCII):
+        integer = re.fullmatch(_INT_RE, text, re.ASCII) or re.fullmatch(_INTEGRAL_RE, text, re.ASCII)
+        if integer and abs(float(text)) <= _FLOAT32_MAX:
+            return f"{value!r} is not exact in float32"
         return f"{value!r} is a finite number beyond float32's range (about ±3.4e38)"
     return f"{value!r} is not a valid {dtype}"
 

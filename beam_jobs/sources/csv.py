@@ -11,7 +11,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs._background import prefetched
 from beam_jobs._errors import ConversionError
-from beam_jobs.sources import column_types, csv_ranges, readers
+from beam_jobs.sources import carried_schema, column_types, csv_ranges, readers
 from beam_jobs.sources.base import Source, WorkItem, first_mismatch, flag, match_files, select_columns
 
 __all__ = ["CsvSource"]
@@ -70,6 +70,12 @@ class CsvSource(Source):
 
     @classmethod
     def check_flags(cls, args) -> None:
+        if args.schema_from is not None and (args.column or args.schema):
+            given = "--column" if args.column else "--schema"
+            raise ConversionError(
+                f"{given} gives column types, and --schema_from {args.schema_from} gives every column's type: "
+                f"use one of them (drop {given} to type the columns as the schema does)"
+            )
         if args.csv_split_mb < 0:
             raise ConversionError(f"--csv_split_mb must be 0 (never split) or positive, got {args.csv_split_mb}")
         cls._format(args)
@@ -113,6 +119,15 @@ class CsvSource(Source):
             split_bytes=int(args.csv_split_mb * 2**20),
         )
 
+    def carrying(self, schema, *, selected: bool) -> "CsvSource":
+        lists = {f.name: carried_schema.describe(f.dtype, f.shape) for f in schema.features if f.shape != ()}
+        if lists:
+            raise ConversionError(
+                f"--schema_from {schema.dataset} has list features {lists}, but a CSV cell holds one value: "
+                "convert this input from Parquet or with WriteDataset, or without --schema_from"
+            )
+        return super().carrying(schema, selected=selected)
+
     def expansion(self) -> float:
         return _GZIP_EXPANSION if all(p.endswith(".gz") for p in self.files) else _EXPANSION
 
@@ -128,7 +143,7 @@ class CsvSource(Source):
 
     @property
     def infer(self) -> bool:
-        return any(c not in dict(self.given_types) for c in self.columns)
+        return self.schema is None and any(c not in dict(self.given_types) for c in self.columns)
 
     def _chunks(self, item: WorkItem) -> Iterator:
         _, path, byte_range = item
@@ -154,17 +169,18 @@ class CsvSource(Source):
     def type_chunk(self, path: str, chunk, types: dict) -> tuple:
         batch, rows = chunk.batch, chunk.rows
         bad, bad_mask, cols = list(chunk.bad), np.zeros(batch.num_rows, bool), []
+        whose = "" if self.schema is None else f", its type in --schema_from {self.schema.dataset}"
         for name in self.columns:
             dtype, _ = types[name]
             raw = batch.column(name)
-            arr, bad_cells = column_types.convert_text_column(raw, dtype)
+            arr, bad_cells = column_types.convert_text_column(raw, dtype, exact_integers=self.schema is not None)
             for i in np.flatnonzero(bad_cells & ~bad_mask):
                 value = raw[i].as_py().decode("utf-8", "backslashreplace")
                 bad.append(
                     readers.BadRow(
                         path,
                         int(rows[i]),
-                        f"column {name!r}: {column_types.bad_cell_reason(value, dtype)}",
+                        f"column {name!r}: {column_types.bad_cell_reason(value, dtype)}{whose}",
                         self.row_text(chunk, i),
                         "type",
                     )

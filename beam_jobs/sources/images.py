@@ -50,6 +50,13 @@ class ImageSource(Source):
 
     @classmethod
     def check_flags(cls, args) -> None:
+        if args.schema_from is not None:
+            # An image dataset's features are the image's own, its classes its folders' or
+            # manifest's: there is no tabular schema to carry into it.
+            raise ConversionError(
+                "--schema_from applies to --source csv and parquet (and WriteDataset), not --source images: an "
+                "image dataset's features are fixed and its classes come from the labels it lists; drop --schema_from"
+            )
         cls._options(args)
 
     @staticmethod

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from beam_jobs.sources import column_types, readers
+from beam_jobs.sources import carried_schema, column_types, readers
 from beam_jobs.sources.base import Source, WorkItem, first_mismatch, match_files, select_columns
 
 __all__ = ["ParquetSource", "type_arrow_chunk"]
@@ -79,6 +79,13 @@ def type_arrow_chunk(source: Source, path: str, chunk, types: dict) -> tuple:
         except column_types.UnstorableValue as e:
             row = "" if e.index is None else f", row {int(rows[e.index])}"
             raise ValueError(f"input file {path}{row}: {e}") from e
+        if source.schema is not None:
+            # Each file's columns are fitted to the carried schema, value by value.
+            arr, misfits = carried_schema.fit_column(
+                arr, name, (got_dtype, got_shape), (dtype, shape), dataset=source.schema.dataset
+            )
+            unfit.extend(misfits)
+            got_dtype, got_shape = dtype, shape
         for i, reason in unfit:
             if not bad_mask[i]:
                 bad.append(readers.BadRow(path, int(rows[i]), reason, source.row_text(chunk, i), "type"))

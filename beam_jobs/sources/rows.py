@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from beam_jobs._errors import ConversionError
-from beam_jobs.sources import column_types, readers
+from beam_jobs.sources import carried_schema, column_types, readers
 from beam_jobs.sources.base import Source, WorkItem, json_row
 
 __all__ = ["RowsSource", "RowsChunk"]
@@ -168,6 +168,16 @@ class RowsSource(Source):
             return _DTYPE.get(best[len("list of ") :], "bytes"), (None,)
         return _DTYPE.get(best, "bytes"), ()
 
+    def check_carried_columns(self, type_counts) -> None:
+        where = (type_counts or {}).get("where", {})
+        self.schema.check_columns(
+            sorted(where, key=lambda c: (where[c], c)),
+            of=f"the input of {self.name}",
+            selected=False,
+            drop_hint=f"drop them before {self.name}, e.g. beam.Map(lambda row: {{k: row[k] for k in "
+            f"{list(self.schema.names)}}})",
+        )
+
     def binary_of(self, type_counts) -> tuple:
         counts = (type_counts or {}).get("kinds", {})
         return tuple(name for name, kinds in counts.items() if any(k.endswith("binary") for k in kinds))
@@ -193,6 +203,7 @@ class RowsSource(Source):
                 chunk = RowsChunk(None, chunk.rows, chunk.bad, records=chunk.batch.to_pylist())
         n = len(chunk.rows)
         bad, bad_mask, cols = list(chunk.bad), np.zeros(n, bool), []
+        whose = "" if self.schema is None else f", its type in --schema_from {self.schema.dataset}"
         for name, (dtype, shape) in types.items():
             if chunk.batch is not None:
                 arr = chunk.batch.column(name) if name in chunk.batch.schema.names else None
@@ -207,7 +218,7 @@ class RowsSource(Source):
                                 readers.BadRow(
                                     path,
                                     int(chunk.rows[i]),
-                                    f"column {name!r}: {reason}",
+                                    f"column {name!r}: {reason}{whose}",
                                     self.row_text(chunk, i),
                                     "type",
                                 )
@@ -246,7 +257,10 @@ def _not_exact_in_float32(v) -> bool:
 
 
 def _arrow_type(dtype: str, shape: tuple) -> pa.DataType:
-    return _ARROW[dtype] if shape == () else pa.large_list(_ARROW[dtype])
+    if shape == ():
+        return _ARROW[dtype]
+    # Lists of k (a carried schema's) as Arrow's fixed-size lists, as Parquet's come.
+    return pa.large_list(_ARROW[dtype]) if shape[0] is None else pa.list_(_ARROW[dtype], shape[0])
 
 
 def _stored(v, dtype: str):
@@ -266,21 +280,20 @@ def _unfit(v, dtype: str, shape: tuple) -> str | None:
     """Why a value cannot be stored in the column's type, or None if it can, exactly."""
     kind = value_kind(v)
     is_list = kind.startswith("list")
+    holds = carried_schema.describe(dtype, shape)
     if is_list != (shape != ()):
-        return f"{v!r} is {'a list' if is_list else 'not a list'}, but the column holds {_describe(dtype, shape)}"
+        return f"{v!r} is {'a list' if is_list else 'not a list'}, but the column holds {holds}"
     element = kind[len("list of ") :] if kind.startswith("list of ") else kind
+    if is_list and shape[0] is not None and len(v) != shape[0]:
+        return f"{v!r:.80} holds {len(v)} value{'s' * (len(v) != 1)}, but the column holds {holds}"
     if kind == "list":
         return None
     if _family(element) != dtype and not (dtype == "float32" and element == "int64"):
-        return f"{v!r} is {element}, but the column holds {_describe(dtype, shape)}"
+        return f"{v!r} is {element}, but the column holds {holds}"
     # Each int on its own: a list mixing ints and floats is 'list of float32' as a whole.
     for x in filter(_is_int, v if shape != () else [v]):
         if not _INT64[0] <= int(x) <= _INT64[1]:
             return f"{x} is beyond int64's range"
         if dtype == "float32" and _not_exact_in_float32(x):
-            return f"{x} is not exact in float32, the column's type"
+            return f"{x} is not exact in float32, the column holds {holds}"
     return None
-
-
-def _describe(dtype: str, shape: tuple) -> str:
-    return dtype if shape == () else f"lists of {dtype}"
