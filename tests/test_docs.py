@@ -75,6 +75,15 @@ def workdir(tmp_path_factory):
         "price,x,label\n" + "".join(f"{later.lognormal(4, 1):.2f},{later.normal():.3f},{i % 3}\n" for i in range(n)),
     )
     run_convert("--source", "csv", "--input", new, "--output", root / "out" / "ds-new", "--label", "label", *common)
+    for day in range(21, 26):  # docs/spans.md: five days, each converted with the day before's schema
+        rows = np.random.default_rng(day)
+        src = write_text(
+            root / "raw" / f"2026-11-{day}.csv",
+            "price,x,label\n"
+            + "".join(f"{rows.lognormal(3, 1):.2f},{rows.normal():.3f},{i % 3}\n" for i in range(400)),
+        )
+        carried = ("--schema_from", root / "out" / "spans" / f"2026-11-{day - 1}") if day > 21 else ("--label", "label")
+        run_convert("--source", "csv", "--input", src, "--output", root / "out" / "spans" / f"2026-11-{day}", *carried)
     penguins = _penguins(root)
     run_convert(
         "--source", "csv", "--input", penguins, "--output", root / "out" / "penguins", "--label", "species", *common
