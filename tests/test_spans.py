@@ -183,3 +183,16 @@ def test_class_ids_of_spans_whose_label_classes_differ_are_refused(months, tmp_p
         ingest.make_dataset(paths, batch_size=BATCH)
     labels = [y for _, y in ingest.make_dataset(paths, batch_size=BATCH, label_ids=False)]
     assert {v for y in labels for v in y.numpy().tolist()} >= {b"rain", b"snow"}
+
+
+def test_spans_feed_a_mirrored_strategy_every_row_once(months):
+    root, rows = months
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    ds = ingest.distribute(strategy, ingest.spans(root), global_batch_size=16, label=False, shuffle=False)
+    seen = [
+        d.decode()
+        for batch in ds
+        for part in strategy.experimental_local_results(batch["date"])
+        for d in part.numpy().tolist()
+    ]
+    assert sorted(seen) == sorted(d for m in MONTHS for d in rows[m])

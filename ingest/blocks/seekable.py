@@ -274,6 +274,8 @@ class _SeekableOrder:
         self.fingerprint = _fingerprint(
             index, self.batch, self.window, req.shuffle, req.num_epochs, req.drop_remainder, run
         )
+        # A pipeline without rows (more pipelines than blocks) reads no window, head or not.
+        self.heads = _HEADS if self.total_rows else 0
         self.rows_of = tf.constant(index.rows)
         self.in_shard = tf.constant(index.block_in_shard)
         self.files = tf.constant(list(index.files))
@@ -319,13 +321,13 @@ class _SeekableOrder:
         by the first real window, every flat_map's saved input is past the read.
         """
         # A pass number of 30 bits: _key keeps it apart from the epoch or window index.
-        passes = tf.data.Dataset.random(seed=self.seed % 2**31, rerandomize_each_iteration=True).take(_HEADS + 1)
+        passes = tf.data.Dataset.random(seed=self.seed % 2**31, rerandomize_each_iteration=True).take(self.heads + 1)
         return passes.scan((tf.constant(0, tf.int64), tf.constant(-1, tf.int64)), self.read_first)
 
     def read_first(self, state, r):
         count, first = state
         first = tf.cond(tf.equal(count, 0), self.first_batch, lambda: first)
-        return (count + 1, first), (r % _PASSES, tf.where(count < _HEADS, tf.constant(-1, tf.int64), first))
+        return (count + 1, first), (r % _PASSES, tf.where(count < self.heads, tf.constant(-1, tf.int64), first))
 
     def first_batch(self):
         """Where a new iterator starts: batch 0, or `start_batch` (a variable is read now)."""
