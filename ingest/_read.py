@@ -193,8 +193,9 @@ def _too_many_in_graph(filename, expected, total, *, unit: str):
 def _reader(req: Request, *, located: bool = False):
     """Reads one shard as blocks of records; checks it yields what the metadata promises.
 
-    `located`: each record comes as (record, rows the metadata gives it, shard, position
-    in the shard): blocks, whose rows the window parse then checks (it parses them anyway).
+    `located`: each record comes as (record, its shard's index in the plan's files, its
+    position in the shard): blocks, whose rows the window parse then checks against the
+    metadata (it parses them anyway).
 
     TFRecordDataset stops a file at its first corrupt or truncated record with an error
     that does not name the file. Here errors end the file quietly, and the count decides:
@@ -220,7 +221,6 @@ def _reader(req: Request, *, located: bool = False):
     # are also checked against the metadata: skipping never delivers rows a shard does
     # not list.
     count_rows = blocks_layout and skip_corrupt
-    block_rows = tf.constant(req.info.block_rows or 0, tf.int64)
 
     def on_problem(filename, expected, read, lost):
         return (_note_skipped if skip_corrupt else _shard_error)(filename, expected, read, lost, unit)
@@ -228,7 +228,7 @@ def _reader(req: Request, *, located: bool = False):
     def open_shard(filenames):
         return tf.data.TFRecordDataset(filenames, compression_type=compression, buffer_size=buffer)
 
-    def read(filename, expected, expected_rows):
+    def read(filename, expected, expected_rows, shard):
         # Looked up as the shard enters the interleave: a missing file is opened as no files.
         present = tf.boolean_mask(tf.reshape(filename, [1]), tf.reshape(_exists_in_graph(filename), [1]))
         if opts.symbolic_checkpoint:
@@ -254,9 +254,8 @@ def _reader(req: Request, *, located: bool = False):
             checked = _counted(total, rows, size, block)
             if not located:
                 return checked
-            positions = total - size + tf.range(size)
-            want = tf.where(positions < expected - 1, block_rows, expected_rows - block_rows * (expected - 1))
-            return checked, want, tf.fill([size], filename), positions
+            # Two numbers a block: the window parse finds the shard's name and counts from them.
+            return checked, tf.fill([size], shard), total - size + tf.range(size)
 
         def _counted(total, rows, size, block):
             short = tf.logical_and(tf.equal(size, 0), total < expected)
@@ -300,12 +299,17 @@ def shard_plan(req: Request) -> _tuning.FileShards:
 def records(req: Request, plan: _tuning.FileShards, *, located: bool = False) -> tf.data.Dataset:
     """Serialized records (rows, or blocks of rows) of this pipeline's shards, checked against the metadata.
 
-    `located` (blocks): each block as (block, its rows by the metadata, its shard, its
+    `located` (blocks): each block as (block, its shard's index in `plan.files`, its
     position there), for the window parse to check and name.
     """
     rows = plan.counts if plan.rows is None else plan.rows
     ds = tf.data.Dataset.from_tensor_slices(
-        (list(plan.files), tf.constant(plan.counts, tf.int64), tf.constant(rows, tf.int64))
+        (
+            list(plan.files),
+            tf.constant(plan.counts, tf.int64),
+            tf.constant(rows, tf.int64),
+            tf.range(len(plan.files), dtype=tf.int64),  # which of plan.files
+        )
     )
     if req.shuffle and plan.record_shard is None and len(plan.files) > 1:
         ds = ds.shuffle(len(plan.files), seed=req.seed, reshuffle_each_iteration=True)

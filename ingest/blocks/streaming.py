@@ -37,17 +37,24 @@ def _window_seed(seed: int, index, serialized) -> tf.Tensor:
     return tf.stack([tf.constant(seed, tf.int64), index ^ first])
 
 
-def _window_parser(req: Request):
+def _window_parser(req: Request, plan: _tuning.FileShards):
     features = _parse.selected_features(req)
     padded = _parse.padder(req)
     split_label = _parse.label_splitter(req) or (lambda rows: rows)
     seed = req.seed
+    files = tf.constant(list(plan.files))
+    blocks_of = tf.constant(plan.counts, tf.int64)
+    rows_of = tf.constant(plan.counts if plan.rows is None else plan.rows, tf.int64)
+    block_rows = tf.constant(req.info.block_rows or 0, tf.int64)
 
     def parse(index, blocks):
         if isinstance(blocks, tuple):  # located: checked against the rows the metadata gives each
-            serialized, want, shards, positions = blocks
-            rows, got = parse_blocks(serialized, features, with_block_rows=True, locate=located_in(shards, positions))
-            with tf.control_dependencies([check_rows(got, want, shards, positions)]):
+            serialized, shards, positions = blocks
+            names = tf.gather(files, shards)
+            last = tf.gather(blocks_of, shards) - 1
+            want = tf.where(positions < last, block_rows, tf.gather(rows_of, shards) - block_rows * last)
+            rows, got = parse_blocks(serialized, features, with_block_rows=True, locate=located_in(names, positions))
+            with tf.control_dependencies([check_rows(got, want, names, positions)]):
                 rows = {name: tf.identity(column) for name, column in rows.items()}
         else:
             serialized = blocks
@@ -77,7 +84,7 @@ def block_batches(ds: tf.data.Dataset, req: Request, plan: _tuning.FileShards) -
     # the tf.data service's distributed_epoch mode cannot split.
     ds = ds.batch(window).scan(tf.constant(0, tf.int64), lambda index, blocks: (index + 1, (index, blocks)))
     ds = ds.map(
-        _window_parser(req),
+        _window_parser(req, plan),
         num_parallel_calls=opts.num_parallel_calls or tf.data.AUTOTUNE,
         deterministic=req.deterministic,
     )
