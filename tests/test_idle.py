@@ -58,17 +58,18 @@ def test_report_summary_and_distributions():
 
 
 def test_a_keras_step_is_timed_on_free_input_and_laid_on_the_timeline():
-    x = np.random.default_rng(0).normal(size=(640, 4)).astype("float32")
+    x = np.random.default_rng(0).normal(size=(640, 256)).astype("float32")
     y = (x.sum(axis=1) > 0).astype("int64")
-    model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(2)])
+    # A step of a few ms: batches from memory (~0.05 ms) keep up with a wide margin.
+    model = tf.keras.Sequential([tf.keras.Input((256,)), tf.keras.layers.Dense(1024), tf.keras.layers.Dense(2)])
     model.compile("sgd", tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), steps_per_execution=4)
     weights = [w.numpy() for w in model.weights]
     fast = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat().prefetch(4)
     report = ingest.measure_train_step(model, fast, steps=100, warmup_steps=10)
     step = report.computes[0]
-    assert report.steps == 100 and all(c == step for c in report.computes) and 0 < step < 0.05
-    assert report.idle_fraction < 0.05  # batches from memory keep up with a small model's step
-    slow = sleep_each(tf.data.Dataset.from_tensor_slices((x, y)).batch(32), 1000 * step + 5).repeat()
+    assert report.steps == 100 and all(c == step for c in report.computes) and 0 < step < 0.5
+    assert report.idle_fraction < 0.05
+    slow = sleep_each(tf.data.Dataset.from_tensor_slices((x, y)).batch(32), 2000 * step + 5).repeat()
     assert ingest.measure_train_step(model, slow, steps=30, warmup_steps=3).idle_fraction > 0.5
     assert all(np.array_equal(w.numpy(), before) for w, before in zip(model.weights, weights))  # put back
 
@@ -115,13 +116,21 @@ def test_the_meter_reads_the_analytic_idle_of_producers_of_known_speed(kind, fac
     from ingest._idle import batch_time_ms
 
     batches = max(40, int(300 / _nominal_ms(kind)))
-    before = batch_time_ms(_producer(kind), batches=batches)
-    step = factor * before
-    report = ingest.measure_idle(_producer(kind), step_time_ms=step, steps=int(max(40, 800 / step)), warmup_steps=20)
-    # The producer's speed, timed before and after: a loaded machine moves it a little.
-    produce = (before + batch_time_ms(_producer(kind), batches=batches)) / 2
-    expected = max(0.0, 1 - step / produce)
-    assert abs(report.idle_fraction - expected) <= 0.05, (kind, produce, step, report.idle_fraction)
+    errors = []
+    # Up to three tries: the suite shares two cores with another test process, which can
+    # slow a sub-millisecond producer for a while; a meter with a floor of its own (the
+    # old next() per batch read 0.39 for 0) is off on every try.
+    for _ in range(3):
+        before = batch_time_ms(_producer(kind), batches=batches)
+        step = factor * before
+        steps = int(max(40, 800 / step))
+        report = ingest.measure_idle(_producer(kind), step_time_ms=step, steps=steps, warmup_steps=20)
+        # The producer's speed, timed before and after: a loaded machine moves it a little.
+        produce = (before + batch_time_ms(_producer(kind), batches=batches)) / 2
+        errors.append(abs(report.idle_fraction - max(0.0, 1 - step / produce)))
+        if errors[-1] <= 0.05:
+            break
+    assert min(errors) <= 0.05, (kind, errors)
 
 
 def _nominal_ms(kind: str) -> float:
