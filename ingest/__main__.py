@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from ingest import _optional
@@ -174,6 +175,9 @@ def _compare(args) -> int:
         from ingest import _compare
 
         thresholds = dict(_feature_threshold(t) for t in args.threshold)
+        if args.plot and "://" not in args.plot and not os.path.isdir(os.path.dirname(args.plot) or "."):
+            # Before comparing: a drift found and then an unwritable plot would exit 2, not 1.
+            raise ValueError(f"--plot {args.plot}: the directory {os.path.dirname(args.plot)} does not exist")
         given = {
             k: v
             for k in ("numeric_threshold", "categorical_threshold", "missing_threshold")

@@ -144,9 +144,14 @@ def build(
     info, root = view.info, view.root
     path = root if len(view.paths) == 1 else f"the {len(view.paths)} datasets {', '.join(view.paths)}"
     split_info = _split_of(info, path, split)
+    lacking = [p for p, i in zip(view.paths, view.infos) if not any(s.name == split for s in i.splits)]
+    if lacking and len(view.paths) > 1:
+        raise ValueError(
+            f"split {split!r} is missing from {len(lacking)} of {path}: {', '.join(lacking)}; reading the others "
+            "would leave those spans out. Read a split every span has, or leave those spans out of the list"
+        )
     for span, span_info in zip(view.paths, view.infos):
-        if any(s.name == split for s in span_info.splits):
-            check_shards_exist(span, span_info.split(split), skip_corrupt=skip_corrupt)
+        check_shards_exist(span, span_info.split(split), skip_corrupt=skip_corrupt)
     label = _label_of(info, path, label)
     if label_ids:
         _check_span_classes(view, label, path)

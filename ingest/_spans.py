@@ -45,6 +45,8 @@ def spans(root, *, last: int | None = None) -> list:
         raise ValueError(f"last must be a positive integer or None (every span), got {last!r}")
     gfile = _gfile()
     if not gfile.isdir(root):
+        if gfile.exists(root):
+            raise FileNotFoundError(f"{root} is a file, not a directory of spans: give the directory holding them")
         raise FileNotFoundError(f"no span directory at {root}: the directory does not exist")
     children = sorted(c.rstrip("/") for c in gfile.listdir(root))
     found, unfinished = [], []
@@ -79,9 +81,12 @@ def resolve(path) -> tuple:
             if isinstance(p, (list, tuple)):
                 raise ValueError(f"a list of datasets holds paths, not lists: got {p!r}")
             out.extend(resolve(p))
-        twice = sorted({p for p in out if out.count(p) > 1})
+        keys = [_key(p) for p in out]
+        twice = sorted({p for p, k in zip(out, keys) if keys.count(k) > 1})
         if twice:
-            raise ValueError(f"dataset(s) {twice} given more than once: each span would be read twice an epoch")
+            raise ValueError(
+                f"dataset(s) {twice} name the same dataset more than once: each span would be read twice an epoch"
+            )
         return tuple(out)
     if not isinstance(path, (str, os.PathLike)):
         raise ValueError(f"path must be a dataset directory, a glob of them or a list, got {path!r}")
@@ -105,6 +110,14 @@ def resolve(path) -> tuple:
             + (f" ({len(matches)} match(es), none holding {contract.METADATA_FILENAME})" if matches else "")
         )
     return tuple(found)
+
+
+def _key(path: str) -> str:
+    """A dataset path as one spelling: './d', 'd', '/abs/d' and 'x/../d' name one directory."""
+    if "://" in path:
+        scheme, rest = path.split("://", 1)
+        return f"{scheme}://{'/'.join(part for part in rest.split('/') if part)}"
+    return os.path.normpath(os.path.abspath(path))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,7 +184,8 @@ def _extreme(pick, values):
 
 def _described(f: contract.FeatureSpec) -> str:
     shape = "scalar" if f.is_scalar else ("variable-length list" if f.is_variable_length else f"list of {f.shape[0]}")
-    return f"{f.dtype} {shape}" + (", text" if f.text else "") + f", default {f.default!r}"
+    role = f", {f.role}" if f.role else ""
+    return f"{f.dtype} {shape}" + (", text" if f.text else "") + f", default {f.default!r}{role}"
 
 
 def _check_agree(paths: tuple, infos: tuple) -> None:
@@ -189,13 +203,6 @@ def _check_agree(paths: tuple, infos: tuple) -> None:
                 + ("" if extra or lost else f" in another order ({names} against {base_names})")
                 + f". Read them separately, or {FIX[0].lower() + FIX[1:]}"
             )
-        for f in info.features:
-            g = first.feature(f.name)
-            if (f.dtype, f.shape, f.default, f.text, f.role) != (g.dtype, g.shape, g.default, g.text, g.role):
-                raise ValueError(
-                    f"feature {f.name!r} is {_described(f)} in {path} but {_described(g)} in {base}: the spans "
-                    f"would yield different tensors. {FIX}"
-                )
         for what, mine, theirs in (
             ("label", info.label, first.label),
             ("layout", info.layout, first.layout),
@@ -206,6 +213,13 @@ def _check_agree(paths: tuple, infos: tuple) -> None:
             if mine != theirs:
                 how = FIX if what == "label" else "Reconvert one with the other's options"
                 raise ValueError(f"datasets {base} and {path} differ in {what}: {theirs!r} and {mine!r}. {how}")
+        for f in info.features:
+            g = first.feature(f.name)
+            if (f.dtype, f.shape, f.default, f.text, f.role) != (g.dtype, g.shape, g.default, g.text, g.role):
+                raise ValueError(
+                    f"feature {f.name!r} is {_described(f)} in {path} but {_described(g)} in {base}: the spans "
+                    f"would yield different tensors. {FIX}"
+                )
 
 
 def _common_root(paths: tuple) -> tuple:

@@ -392,3 +392,9 @@ def test_lists_of_spans_and_splits_compare(full, halves, convert, weather, capsy
     assert report.drifted == () and "split 'eval' against split 'train'" in str(report)
     assert cli.main(["compare", both, both, "--current_split", "eval"]) == 0
     assert "split 'eval' against split 'train'" in capsys.readouterr().out
+
+
+def test_cli_refuses_a_plot_it_cannot_write_before_comparing(full, windy, tmp_path, capsys):
+    assert cli.main(["compare", full, windy, "--plot", str(tmp_path / "missing" / "d.png")]) == 2
+    out = capsys.readouterr()
+    assert "DRIFT" not in out.out and out.err.strip().startswith("error: --plot") and "does not exist" in out.err

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -95,7 +96,7 @@ def test_a_glob_reads_what_the_list_reads(months):
     assert _dates(by_glob) == _dates(by_list)
     with pytest.raises(FileNotFoundError, match=r"no converted dataset matches .*2013-\*"):
         _read(f"{root}/2013-*")
-    with pytest.raises(ValueError, match="given more than once"):
+    with pytest.raises(ValueError, match="name the same dataset more than once"):
         _read([f"{root}/2012-02", f"{root}/2012-0[2-3]"])
 
 
@@ -196,3 +197,33 @@ def test_spans_feed_a_mirrored_strategy_every_row_once(months):
         for d in part.numpy().tolist()
     ]
     assert sorted(seen) == sorted(d for m in MONTHS for d in rows[m])
+
+
+def test_one_span_spelt_two_ways_is_refused(months, monkeypatch):
+    root, _ = months
+    monkeypatch.chdir(root)
+    for twice in (["./2012-01", "2012-01"], ["2012-01", f"{root}/2012-01"], ["2012-01", "2012-02/../2012-01"]):
+        with pytest.raises(ValueError, match="name the same dataset more than once"):
+            ingest.make_dataset(twice, batch_size=BATCH)
+    with pytest.raises(ValueError, match="name the same dataset more than once"):
+        ingest.make_dataset(["2012-0[12]", "2012-01"], batch_size=BATCH)
+
+
+def test_a_span_without_the_split_is_named_not_left_out(months, tmp_path):
+    root, _ = months
+    like = ingest.load_info(f"{root}/2012-01")
+    layout = ["--layout", like.layout] + (["--block_rows", str(like.block_rows)] if like.block_rows else [])
+    split = convert_table(
+        tmp_path, _month(_weather(), "2012-01"), "--label", "weather", "--splits", "train=0.5,eval=0.5", *layout
+    )
+    with pytest.raises(ValueError, match=rf"split 'eval' is missing from 1 of .*: {re.escape(str(root))}/2012-02;"):
+        ingest.make_dataset([split, f"{root}/2012-02"], batch_size=BATCH, split="eval")
+
+
+def test_spans_with_and_without_a_label_differ_in_label(tmp_path):
+    table = pa.table({"x": [1.0, 2.0], "lab": ["a", "b"]})
+    plain, labelled = convert_table(tmp_path / "a", table), convert_table(tmp_path / "b", table, "--label", "lab")
+    with pytest.raises(ValueError, match=r"differ in label: None and 'lab'"):
+        ingest.load_info([plain, labelled])
+    with pytest.raises(FileNotFoundError, match="is a file, not a directory of spans"):
+        ingest.spans(f"{plain}/dataset_info.json")
