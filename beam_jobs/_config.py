@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 from beam_jobs._errors import ConversionError
 from beam_jobs._job_options import DEFAULT_BLOCK_ROWS, RECORDED, JobOptions
 from beam_jobs.output import shard_plan
 from beam_jobs.sources import Source
 from ingest import contract
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["JobConfig", "Decided", "layout_for"]
 
@@ -55,6 +58,7 @@ class JobConfig:
             "num_shards": tuple(opts.num_shards for _ in opts.splits) if opts.num_shards else None,
             "block_rows": (opts.block_rows or DEFAULT_BLOCK_ROWS) if layout == "blocks" else None,
         }
+        _warn_if_stored_otherwise(source.schema, (layout, decided["block_rows"], opts.compression))
         return cls(**{**shared, **decided})
 
     @property
@@ -128,3 +132,20 @@ def layout_for(opts: JobOptions, source: type) -> str:
             "tf.train.Example per row): drop --block_rows, or pass --layout blocks"
         )
     return layout
+
+
+def _warn_if_stored_otherwise(schema, storage: tuple) -> None:
+    """Warns when a span carrying a schema is laid out otherwise than the schema's dataset:
+    the runtime refuses to read such spans as one (a layout chosen on purpose is kept)."""
+    if schema is None or not schema.storage or tuple(schema.storage) == tuple(storage):
+        return
+    flags = ("--layout", "--block_rows", "--compression")
+    theirs = " ".join(f"{f} {v}" for f, v in zip(flags, schema.storage) if v is not None)
+    mine = " ".join(f"{f} {v}" for f, v in zip(flags, storage) if v is not None)
+    logger.warning(
+        "--schema_from %s was written with %s, this span with %s: make_dataset will not read them as one "
+        "dataset. Give every span the same options.",
+        schema.dataset,
+        theirs,
+        mine,
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import os
 import pathlib
 import re
@@ -18,7 +19,7 @@ import shutil
 import apache_beam as beam
 import pyarrow as pa
 import pytest
-from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing import test_pipeline
 
 import ingest
 from beam_jobs import WriteDataset, convert
@@ -371,7 +372,7 @@ def test_options_that_conflict_with_a_carried_schema_are_refused(tmp, first_span
 
 
 def _write(rows, out, **kwargs) -> ingest.DatasetInfo:
-    with TestPipeline() as p:
+    with test_pipeline.TestPipeline() as p:
         _ = p | beam.Create(rows, reshuffle=False) | WriteDataset(str(out), **kwargs)
     return ingest.load_info(str(out))
 
@@ -450,3 +451,17 @@ def test_schema_from_is_one_declared_option_of_the_cli_and_write_dataset():
     assert "schema_from" in RECORDED and "schema_from" in JobOptions.keywords()
     with pytest.raises(ConversionError, match=r"--schema_from must name a converted dataset's directory"):
         JobOptions.of_keywords("out", schema_from="/")
+
+
+def test_a_span_laid_out_otherwise_than_its_schema_is_warned_of(tmp, first_span, caplog):
+    src = _span(tmp / "aug.csv", _august())
+    with caplog.at_level(logging.WARNING, logger="beam_jobs._config"):
+        _csv(src, tmp / "same", "--schema_from", first_span)
+    assert "make_dataset will not read them" not in caplog.text
+    with caplog.at_level(logging.WARNING, logger="beam_jobs._config"):
+        _csv(src, tmp / "rows", "--schema_from", first_span, "--layout", "rows")
+    assert re.search(
+        r"written with --layout blocks --block_rows 1024 --compression none, this span with "
+        r"--layout rows --compression none: make_dataset will not read them as one",
+        caplog.text,
+    )

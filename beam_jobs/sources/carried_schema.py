@@ -47,6 +47,9 @@ class CarriedSchema:
     label: str | None
     labels: tuple  # a text label's class names; a class id is its position
     job: str | None = None  # the job that wrote that dataset (its source["job"])
+    # How that dataset's records are laid out: (layout, block_rows, compression). Not carried
+    # (a span may be written otherwise on purpose), but spans that differ are not read as one.
+    storage: tuple = ()
 
     @property
     def names(self) -> tuple:
@@ -149,7 +152,8 @@ def load(dataset: str) -> CarriedSchema:
             "(CSV, Parquet or WriteDataset rows)"
         )
     job = info.source.get("job")
-    return CarriedSchema(dataset, tuple(info.features), info.label, tuple(info.labels), job)
+    storage = (info.layout, info.block_rows, info.compression)
+    return CarriedSchema(dataset, tuple(info.features), info.label, tuple(info.labels), job, storage)
 
 
 def _exists(path: str) -> bool:
