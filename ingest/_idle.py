@@ -159,9 +159,9 @@ def measure_idle(
     timeline = _Timeline(step_of, depth)
     tf = _optional.tensorflow("ingest.measure_idle")
     if isinstance(dataset, tf.data.Dataset):
-        _in_graph(dataset, timeline, limit, steps_per_call or _steps_per_call(step_of(0)), warmup_steps)
+        _in_graph(dataset, timeline, limit, steps_per_call or _steps_per_call(step_of(0)))
     else:
-        _by_next(iter(dataset), timeline, limit, warmup_steps)
+        _by_next(iter(dataset), timeline, limit)
     return timeline.report(warmup_steps)
 
 
@@ -222,7 +222,7 @@ class _Timeline:
         )
 
 
-def _by_next(it, timeline: _Timeline, limit, warmup_steps: int) -> None:
+def _by_next(it, timeline: _Timeline, limit) -> None:
     i = 0
     while limit is None or i < limit:
         timeline.wait_for_room(i)
@@ -234,7 +234,7 @@ def _by_next(it, timeline: _Timeline, limit, warmup_steps: int) -> None:
         i += 1
 
 
-def _in_graph(dataset, timeline: _Timeline, limit, per_call: int, warmup_steps: int) -> None:
+def _in_graph(dataset, timeline: _Timeline, limit, per_call: int) -> None:
     tf = _optional.tensorflow("ingest.measure_idle")
     take = _taker(tf, dataset.element_spec)
     it = iter(dataset)
