@@ -145,6 +145,26 @@ def parquet_direct(parquet_path: str, *, batch_size: int, label: str = "label") 
     return tf.data.Dataset.from_generator(batches, output_signature=signature).prefetch(tf.data.AUTOTUNE)
 
 
+def parquet_in_memory(parquet_path: str, *, batch_size: int, label: str = "label") -> tf.data.Dataset:
+    """The whole Parquet table in memory, a fresh permutation per epoch (per iterator), one
+    `tf.gather` per column per batch: what a user who can hold the table writes by hand."""
+    table = pq.read_table(parquet_path)
+    columns = {name: tf.constant(table.column(name).to_numpy(zero_copy_only=False)) for name in table.column_names}
+    y = columns.pop(label)
+    rows = table.num_rows
+
+    def batch(order):
+        return {k: tf.gather(v, order) for k, v in columns.items()}, tf.gather(y, order)
+
+    def batches(order):
+        starts = tf.data.Dataset.range(0, rows, batch_size)
+        return starts.map(lambda start: order[start : start + batch_size])
+
+    orders = tf.data.Dataset.from_tensors(rows).map(lambda n: tf.random.shuffle(tf.range(n, dtype=tf.int64)))
+    ds = orders.flat_map(batches).map(batch, num_parallel_calls=tf.data.AUTOTUNE)
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
 def sleep_each(ds: tf.data.Dataset, ms: float) -> tf.data.Dataset:
     """Each element takes `ms` more to produce, in a tf.data thread (time.sleep frees the GIL)."""
 

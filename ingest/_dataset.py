@@ -24,7 +24,7 @@ import logging
 import tensorflow as tf
 
 from ingest import _parse, _read, _request, _service, _tuning
-from ingest._functions import single_device
+from ingest._functions import own_functions
 from ingest._options import ImageOptions, ReadOptions
 from ingest._request import Request
 from ingest._system import physical_memory
@@ -212,12 +212,12 @@ def make_dataset(
         service=service,
         processing_mode=processing_mode,
     )
-    with single_device():
+    with own_functions():
         return _dataset_of(req)
 
 
 def _dataset_of(req: Request) -> tf.data.Dataset:
-    """The request's pipeline, its functions traced inside `single_device()` (all but the user's)."""
+    """The request's pipeline, its functions traced inside `own_functions()` (all but the user's)."""
     plan = _read.shard_plan(req)
     if plan.record_shard is not None:
         logger.warning(
@@ -334,7 +334,7 @@ def _finished(
         batches = _tuning.batches(total, req.batch_size, drop_remainder=req.drop_remainder)
         ds = ds.apply(tf.data.experimental.assert_cardinality(max(batches - (req.start_batch or 0), 0)))
     if req.preprocess is not None:
-        with single_device(False):  # the user's function may use resources on any device
+        with own_functions(False):  # the user's function may use resources on any device
             ds = ds.map(
                 req.preprocess,
                 num_parallel_calls=opts.num_parallel_calls or tf.data.AUTOTUNE,

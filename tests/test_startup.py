@@ -61,13 +61,13 @@ def test_a_start_batch_variable_is_read_by_a_function_for_every_device(blocks):
     assert [b[1].numpy().tolist() for b in ds] == [b[1].numpy().tolist() for b in everything][2:]
 
 
-def test_single_device_nests_and_restores():
+def test_own_functions_nests_and_restores():
     def traced():
         return _functions_of(tf.data.Dataset.range(3).map(lambda x: x + 1))
 
-    with _functions.single_device():
+    with _functions.own_functions():
         assert all(traced().values())
-        with _functions.single_device(False):
+        with _functions.own_functions(False):
             assert not any(traced().values())
         assert all(traced().values())
     assert not any(traced().values())

@@ -35,7 +35,7 @@ import numpy as np
 import tensorflow as tf
 
 from ingest import _parse, _read, _tuning, contract
-from ingest._functions import single_device
+from ingest._functions import own_functions
 from ingest._request import read_start
 from ingest.blocks.index import BlockIndex
 from ingest.blocks.parse import check_blocks, check_rows, located_in, parse_blocks
@@ -324,7 +324,7 @@ class _SeekableOrder:
         # A pass number of 30 bits: _key keeps it apart from the epoch or window index.
         passes = tf.data.Dataset.random(seed=self.seed % 2**31, rerandomize_each_iteration=True).take(self.heads + 1)
         # A variable may live on a GPU: the function that reads it is instantiated for all devices.
-        with single_device(isinstance(self.req.start_batch, (int, type(None)))):
+        with own_functions(isinstance(self.req.start_batch, (int, type(None)))):
             return passes.scan((tf.constant(0, tf.int64), tf.constant(-1, tf.int64)), self.read_first)
 
     def read_first(self, state, r):
