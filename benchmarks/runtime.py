@@ -4,13 +4,16 @@ The same corpus converted twice, as row records and as column blocks
 (docs/block_format.md). The hand-written pipelines read the row records: naive, the
 TensorFlow guide's best practice, the guide's pipeline tuned by hand, the strongest
 hand-written one (`hand_tuned_rows`, 1024-record parses) and the raw read of the records
-without parsing, the ceiling of any pipeline over row records. Same process, epochs
+without parsing, the ceiling of any pipeline over row records; and the source Parquet
+file held in memory (`parquet_in_memory`: a permutation per epoch, one gather per batch),
+what a user whose table fits in memory writes. Each pipeline is built once and iterated
+with a fresh iterator per epoch, as Keras does. Same process, epochs
 interleaved round-robin so drift hits every pipeline alike; medians after a warm-up
 epoch. Batches are consumed inside the TensorFlow runtime, as a compiled training step
 takes them (`_measure.drain_in_graph`). Peak RSS of each pipeline is measured in a
 child process of its own.
 
-    python -m benchmarks.runtime [--rows 500000] [--shards 16] [--epochs 5] [--quick]
+    python -m benchmarks.runtime [--rows 500000] [--shards 16] [--epochs 7] [--batch_sizes 256,4096] [--quick]
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ def _pipelines(paths: dict, batch_size: int) -> dict:
 
     rows, b = paths["rows"], batch_size
     return {
+        "parquet_in_memory": ("parquet", lambda: pipelines.parquet_in_memory(paths["parquet"], batch_size=b)),
         "naive": ("rows", lambda: pipelines.naive(rows, batch_size=b)),
         "best_practice": ("rows", lambda: pipelines.best_practice(rows, batch_size=b)),
         "tuned_by_hand": ("rows", lambda: pipelines.tuned_by_hand(rows, batch_size=b)),
@@ -69,6 +73,7 @@ def compare(paths: dict, *, batch_size: int, epochs: int, naive_epochs: int) -> 
             "vs_hand_tuned_rows": med[name] / med["hand_tuned_rows"],
             "vs_raw_read": med[name] / med["raw_read (no parse)"],
             "vs_naive": med[name] / med["naive"],
+            "vs_parquet_in_memory": med[name] / med["parquet_in_memory"],
             "epochs": len(rates[name]),
         }
         for name, (layout, _) in makers.items()
@@ -98,16 +103,19 @@ def main(argv=None) -> int:
     p.add_argument("--shards", type=int, default=16)
     p.add_argument("--epochs", type=int, default=7)
     p.add_argument("--naive_epochs", type=int, default=3, help="the naive pipeline is slow; fewer epochs")
-    p.add_argument("--batch_size", type=int, default=256)
+    p.add_argument("--batch_sizes", default="256,4096", help="comma-separated; each a run of its own")
     p.add_argument("--workdir", default="bench-out/data")
     p.add_argument("--out", default="bench-out")
     p.add_argument("--no_rss", action="store_true", help="skip the peak-RSS children")
     p.add_argument("--quick", action="store_true", help="50k rows, 2 epochs: proves the benchmark runs")
-    p.add_argument("--rss_child", nargs=3, metavar=("ROWS_PATH", "BLOCKS_PATH", "PIPELINE"), help=argparse.SUPPRESS)
+    p.add_argument(
+        "--rss_child", nargs=4, metavar=("ROWS_PATH", "BLOCKS_PATH", "PARQUET_PATH", "PIPELINE"), help=argparse.SUPPRESS
+    )
+    p.add_argument("--batch_size", type=int, default=256, help=argparse.SUPPRESS)  # an RSS child's
     args = p.parse_args(argv)
     if args.rss_child:
-        rows_path, blocks_path, pipeline = args.rss_child
-        _rss_child({"rows": rows_path, "blocks": blocks_path}, pipeline, args.batch_size)
+        rows_path, blocks_path, parquet_path, pipeline = args.rss_child
+        _rss_child({"rows": rows_path, "blocks": blocks_path, "parquet": parquet_path}, pipeline, args.batch_size)
         return 0
     if args.quick:
         args.rows, args.epochs, args.naive_epochs = 50_000, 2, 1
@@ -115,33 +123,38 @@ def main(argv=None) -> int:
         layout: corpus.ensure_dataset(args.workdir, args.rows, args.shards, layout=layout)
         for layout in ("rows", "blocks")
     }
-    rows = compare(paths, batch_size=args.batch_size, epochs=args.epochs, naive_epochs=args.naive_epochs)
-    columns = ["pipeline", "layout", "examples_per_sec", "vs_hand_tuned_rows", "vs_raw_read", "vs_naive", "epochs"]
-    if not args.no_rss:
-        columns += ["peak_rss_mb", "rss_growth_mb"]
-        for r in rows:
-            child = _measure.run_child(
-                "benchmarks.runtime",
-                "--rss_child",
-                paths["rows"],
-                paths["blocks"],
-                r["pipeline"],
-                "--batch_size",
-                args.batch_size,
-            )
-            r["peak_rss_mb"] = child["peak_rss_mb"]
-            r["rss_growth_mb"] = child["iteration_rss_growth_mb"]
-    sizes = bytes_on_disk(paths)
-    print(
-        f"\nRuntime throughput, {args.rows} rows in {args.shards} shards, batch {args.batch_size}, shuffled, "
-        "median of epochs after warm-up\n"
-    )
-    print(_measure.table(rows, columns))
+    paths["parquet"] = corpus.ensure_parquet(args.workdir, args.rows)
+    columns = ["pipeline", "layout", "examples_per_sec", "vs_parquet_in_memory", "vs_hand_tuned_rows", "vs_raw_read"]
+    columns += ["vs_naive", "epochs"] + ([] if args.no_rss else ["peak_rss_mb", "rss_growth_mb"])
+    results = {}
+    for batch_size in (int(b) for b in args.batch_sizes.split(",")):
+        rows = compare(paths, batch_size=batch_size, epochs=args.epochs, naive_epochs=args.naive_epochs)
+        if not args.no_rss:
+            for r in rows:
+                child = _measure.run_child(
+                    "benchmarks.runtime",
+                    "--rss_child",
+                    paths["rows"],
+                    paths["blocks"],
+                    paths["parquet"],
+                    r["pipeline"],
+                    "--batch_size",
+                    batch_size,
+                )
+                r["peak_rss_mb"] = child["peak_rss_mb"]
+                r["rss_growth_mb"] = child["iteration_rss_growth_mb"]
+        results[batch_size] = rows
+        print(
+            f"\nRuntime throughput, {args.rows} rows in {args.shards} shards, batch {batch_size}, shuffled, "
+            "a fresh iterator per epoch, median of epochs after warm-up\n"
+        )
+        print(_measure.table(rows, columns), flush=True)
+    sizes = bytes_on_disk({k: v for k, v in paths.items() if k != "parquet"})
     print("\nBytes on disk, train split\n")
     print(_measure.table(sizes, ["layout", "train_bytes", "vs_rows"]))
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "runtime.json"), "w") as f:
-        json.dump({"throughput": rows, "bytes": sizes}, f, indent=2)
+        json.dump({"throughput": results, "bytes": sizes}, f, indent=2)
     return 0
 
 
