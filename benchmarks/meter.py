@@ -3,7 +3,7 @@
 python -m benchmarks.meter [--seconds 1.5]
 
 Each producer yields batches of 22 tensors (256 rows) at its own speed P, measured in the
-graph as fast as it gives them (`ingest._idle.batch_time_ms`). A device step of f * P
+graph as fast as it gives them (`ingest.batch_time_ms`). A device step of f * P
 idles max(0, 1 - f) of the time. The table shows what the in-graph meter
 (`ingest.measure_idle` on the dataset) and a Python next() per batch (the same timeline,
 the dataset's iterator passed instead) read, for f = 0.5 and 2.
@@ -17,7 +17,7 @@ import tensorflow as tf
 
 import ingest
 from benchmarks import _measure
-from ingest._idle import batch_time_ms
+from ingest import batch_time_ms
 
 PRODUCERS = ("fast", "sleep_10us", "sleep_1000us", "sleep_25000us")
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from ingest import _optional
 
-__all__ = ["IdleReport", "measure_idle", "measure_train_step", "classify"]
+__all__ = ["IdleReport", "batch_time_ms", "measure_idle", "measure_train_step", "classify"]
 
 HIGHLY, MODERATELY = 0.20, 0.05
 
