@@ -136,8 +136,12 @@ def _commit_plan(cfg: JobConfig, shards: list, stats: ConversionStats, quarantin
         for i, shard in enumerate(mine):
             filename = fresh(contract.shard_filename(name, i, len(mine), cfg.compression))
             moves.append((shard["path"], filename))
+            # The block index takes its shard's name: fresh when the shard's is.
+            index = contract.index_filename(filename) if shard.get("index") else None
+            if index is not None:
+                moves.append((shard["index"], index))
             blocks = shard.get("blocks")
-            infos.append(contract.ShardInfo(filename, int(shard["records"]), int(shard["bytes"]), blocks))
+            infos.append(contract.ShardInfo(filename, int(shard["records"]), int(shard["bytes"]), blocks, index))
         splits.append(contract.SplitInfo(name, tuple(infos)))
         if not infos:
             empty.append(name)

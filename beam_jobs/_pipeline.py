@@ -10,9 +10,10 @@ is the job's source adapter (`beam_jobs.sources`), what happens to one chunk is 
                           outputs: Fragment, {"path", "records"} of quarantine files,
                           ConversionStats (with the statistics, rows layout)
       -> GroupFragments   ((split, shard), [Fragment])      small descriptors only
-      -> CommitShards     {"split", "shard", "path", "records", "bytes"}: one TFRecord
-                          per (split, shard), shuffled within the shard (`commit_rows`;
-                          blocks layout: rows shuffled, then cut into blocks, `output.commit_blocks`,
+      -> CommitShards     {"split", "shard", "path", "records", "bytes", "blocks", "index"}:
+                          one TFRecord per (split, shard), shuffled within the shard
+                          (`commit_rows`; blocks layout: rows shuffled, then cut into blocks,
+                          `output.commit_blocks`, the shard's block index written beside it,
                           and the shard's statistics gathered from them)
       -> Finalize         checks, moves shards into place, writes the metadata last
 
@@ -46,9 +47,10 @@ from beam_jobs.encode.tfrecord import frames_array
 from beam_jobs.output import commit_rows
 from beam_jobs.output import directory as output_dir
 from beam_jobs.output import fragments as fragment_files
-from beam_jobs.output.commit_blocks import run_bytes, write_block_shard
+from beam_jobs.output.commit_blocks import run_bytes, write_block_index, write_block_shard
 from beam_jobs.stats import features as feature_stats
 from beam_jobs.stats.conversion import ConversionStats
+from ingest import contract
 
 logger = logging.getLogger(__name__)
 
@@ -251,12 +253,13 @@ class _CommitShard(beam.DoFn):
         compression = CompressionTypes.GZIP if cfg.compression == "gzip" else CompressionTypes.UNCOMPRESSED
         rng = np.random.default_rng([cfg.seed, split, shard]) if cfg.shuffle else None
         fragments = list(fragments)
+        lengths = None  # blocks layout: each block's frame length
         with BackgroundWriter(FileSystems.create(path, compression_type=compression)) as out:
             if cfg.layout == "blocks":
                 stats = ConversionStats() if _statistics_in_commit(cfg) else None
                 with OneAhead("ingest-statistics") as helper:  # starts no thread unless given work
                     gather = self._statistics_of(stats, helper, split, shard, type_counts) if stats else None
-                    frames = write_block_shard(
+                    lengths = write_block_shard(
                         fragments,
                         out,
                         rng=rng,
@@ -265,14 +268,29 @@ class _CommitShard(beam.DoFn):
                         on_rows=gather,
                         defaults=cfg.defaults,
                     )
+                frames = len(lengths)
                 if stats is not None:
                     yield beam.pvalue.TaggedOutput(self.STATS, stats.pack())
             else:
                 frames = commit_rows.write_shard(fragments, out, rng=rng, budget=self._budget)
+        # The blocks' offsets, so that a reader need not scan the shard's frame headers to
+        # seek (a gzip shard has no block offsets: it is read as a stream).
+        index = None
+        if lengths is not None and cfg.compression == "none":
+            index = contract.index_filename(path)
+            write_block_index(index, lengths)
         size = FileSystems.match([output_dir.literal_pattern(path)])[0].metadata_list[0].size_in_bytes
         rows = sum(f.rows for f in fragments)
         blocks = frames if cfg.layout == "blocks" else None
-        yield {"split": split, "shard": shard, "path": path, "records": rows, "blocks": blocks, "bytes": size}
+        yield {
+            "split": split,
+            "shard": shard,
+            "path": path,
+            "records": rows,
+            "blocks": blocks,
+            "bytes": size,
+            "index": index,
+        }
 
     def _statistics_of(self, stats: ConversionStats, helper: OneAhead, split: int, shard: int, type_counts):
         """A callback for each run of rows the commit reads: adds their statistics to
@@ -332,7 +350,7 @@ class ConvertToTFRecords(beam.PTransform):
             # ((split, shard), [Fragment])
             | "CommitShards" >> beam.ParDo(_CommitShard(cfg), *side).with_outputs(_CommitShard.STATS, main="shards")
         )
-        # shards: {"split", "shard", "path", "records", "bytes"} of a shard in the temp dir;
+        # shards: {"split", "shard", "path", "records", "bytes", "blocks", "index"} of a shard in the temp dir;
         # STATS: a blocks shard's statistics, packed
         # Global merges without CombineGlobally's defaults: the side inputs give the merge
         # of nothing instead. Its default-value branch made the pipeline slower to build

@@ -240,13 +240,21 @@ def _dataset_of(req: Request) -> tf.data.Dataset:
                 "skip_corrupt or service, and ReadOptions(seekable_order=True) (the default)"
             )
     if seeks:
-        index = block_index.index_split(
-            req.path, req.split, req.info.block_rows, content=str(req.info.source.get("job", ""))
-        )
+        content = str(req.info.source.get("job", ""))
         if req.options.canonical_pipelines is not None:
+            # Canonical partitions deal the whole split's blocks: every shard's offsets.
+            index = block_index.index_split(req.path, req.split, req.info.block_rows, content=content)
             ds, rows = canonical.canonical_batches(req, index)
             return _finished(ds, req, rows, symbolic_checkpoint=True)
-        index = block_index.pipeline_blocks(index, num_pipelines=req.num_pipelines, pipeline_id=req.pipeline_id)
+        # Only this pipeline's shards are opened for their offsets (all, with fewer shards than pipelines).
+        index = block_index.pipeline_index(
+            req.path,
+            req.split,
+            req.info.block_rows,
+            content=content,
+            num_pipelines=req.num_pipelines,
+            pipeline_id=req.pipeline_id,
+        )
         ds = seekable_order.seekable_block_batches(req, index)
         return _finished(ds, req, int(index.rows.sum()), symbolic_checkpoint=True)
     column_cache = target == "memory" and req.info.layout == "blocks" and req.service is None

@@ -130,6 +130,14 @@ class Spans:
     info: contract.DatasetInfo
 
 
+def _under(rel: str, shard: contract.ShardInfo) -> contract.ShardInfo:
+    """A span's shard named from the common root: its file and its block index."""
+    if not rel:
+        return shard
+    index = f"{rel}/{shard.index}" if shard.index is not None else None
+    return dataclasses.replace(shard, filename=f"{rel}/{shard.filename}", index=index)
+
+
 def merged(paths: tuple, infos: tuple) -> Spans:
     """One view of the datasets at `paths` (with their metadata), after checking they agree."""
     if len(paths) == 1:
@@ -151,7 +159,7 @@ def merged(paths: tuple, infos: tuple) -> Spans:
         contract.SplitInfo(
             name,
             tuple(
-                dataclasses.replace(shard, filename=f"{rel}/{shard.filename}" if rel else shard.filename)
+                _under(rel, shard)
                 for rel, info in zip(relative, infos)
                 for s in info.splits
                 if s.name == name

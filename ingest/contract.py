@@ -11,7 +11,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import struct
+import zlib
 from typing import Any, Mapping
+
+import numpy as np
 
 from ingest.statistics import Statistics
 
@@ -28,6 +32,12 @@ __all__ = [
     "SplitInfo",
     "DatasetInfo",
     "shard_filename",
+    "index_filename",
+    "BLOCK_INDEX_MAGIC",
+    "BLOCK_INDEX_VERSION",
+    "block_index_size",
+    "encode_block_index",
+    "decode_block_index",
     "BLOCK_ROWS_FEATURE",
     "ROW_LENGTHS_SUFFIX",
     "MISSING_SUFFIX",
@@ -63,6 +73,68 @@ _SPLIT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 def shard_filename(split: str, index: int, count: int, compression: str = "none") -> str:
     suffix = ".tfrecord.gz" if compression == "gzip" else ".tfrecord"
     return f"{split}-{index:05d}-of-{count:05d}{suffix}"
+
+
+def index_filename(shard: str) -> str:
+    """The block index written beside an uncompressed blocks-layout shard (docs/block_format.md)."""
+    return shard + ".index"
+
+
+# A shard's block index (docs/block_format.md): every block's frame length, so a reader
+# finds any block's byte offset without reading the shard's frame headers, which on
+# object storage is a download of the shard.
+BLOCK_INDEX_MAGIC = b"IGBLKIDX"
+BLOCK_INDEX_VERSION = 1
+_INDEX_HEAD = struct.Struct("<8sII")  # magic, version, CRC-32 of all that follows
+_INDEX_COUNT = struct.Struct("<Q")  # blocks; their frame lengths (int64) follow
+_MIN_FRAME = 16  # the frame of an empty record: length (8), its CRC (4), the record's CRC (4)
+
+
+def block_index_size(blocks: int) -> int:
+    """The bytes of the block index of a shard of `blocks` blocks."""
+    return _INDEX_HEAD.size + _INDEX_COUNT.size + 8 * blocks
+
+
+def encode_block_index(frame_lengths) -> bytes:
+    """A shard's block index: its blocks' TFRecord frame lengths (header and CRCs included), in shard order."""
+    lengths = np.asarray(frame_lengths, np.int64)
+    if lengths.ndim != 1 or (lengths < _MIN_FRAME).any():
+        raise ValueError(f"frame lengths must be a list of integers >= {_MIN_FRAME}, got {frame_lengths!r:.200}")
+    body = _INDEX_COUNT.pack(len(lengths)) + lengths.astype("<i8").tobytes()
+    return _INDEX_HEAD.pack(BLOCK_INDEX_MAGIC, BLOCK_INDEX_VERSION, zlib.crc32(body)) + body
+
+
+def decode_block_index(data: bytes, *, blocks: int, shard_bytes: int) -> np.ndarray:
+    """The frame lengths a block index holds, checked against its shard's metadata.
+
+    Raises ValueError saying what does not hold: the index must be whole (its size
+    follows from its count, its CRC-32 matches), list `blocks` frames, and the frames
+    must add up to `shard_bytes`, so that no offset read from it is wrong.
+    """
+    head = block_index_size(0)
+    if len(data) < head:
+        raise ValueError(f"it holds {len(data)} bytes, less than its {head}-byte header")
+    magic, version, crc = _INDEX_HEAD.unpack_from(data)
+    if magic != BLOCK_INDEX_MAGIC:
+        raise ValueError(f"it does not start with {BLOCK_INDEX_MAGIC!r} (found {magic!r}): it is not a block index")
+    if version != BLOCK_INDEX_VERSION:
+        raise ValueError(f"it has version {version}; this version of ingest reads version {BLOCK_INDEX_VERSION}")
+    (count,) = _INDEX_COUNT.unpack_from(data, _INDEX_HEAD.size)
+    if len(data) != head + 8 * count:
+        raise ValueError(
+            f"it holds {len(data)} bytes where its {count} blocks take {head + 8 * count}: it was cut short or "
+            "appended to"
+        )
+    if zlib.crc32(memoryview(data)[_INDEX_HEAD.size :]) != crc:
+        raise ValueError("its CRC-32 does not match its contents: it is corrupt")
+    if count != blocks:
+        raise ValueError(f"it lists {count} blocks, the metadata {blocks}")
+    lengths = np.frombuffer(data, "<i8", count, head).astype(np.int64)
+    if (lengths < _MIN_FRAME).any():
+        raise ValueError(f"it lists a frame of {int(lengths.min())} bytes, less than a TFRecord frame's {_MIN_FRAME}")
+    if int(lengths.sum()) != shard_bytes:
+        raise ValueError(f"its blocks' frames add up to {int(lengths.sum())} bytes, the metadata lists {shard_bytes}")
+    return lengths
 
 
 def check_split_name(name: str) -> str:
@@ -188,12 +260,25 @@ def _typed(d: Mapping, key: str, kinds, where: str, *, default=_MISSING):
     return value
 
 
+def _file_inside(d: Mapping, key: str, where: str, *, default=_MISSING):
+    """d[key]: a file name inside the dataset directory (no absolute path, no way out of it)."""
+    name = _typed(d, key, str if default is _MISSING else (str, type(None)), where, default=default)
+    if name is None:
+        return None
+    if not name or name.startswith(("/", "\\")) or "://" in name or ".." in re.split(r"[/\\]", name):
+        raise ValueError(f"{where}.{key} must name a file inside the dataset directory, got {name!r}")
+    return name
+
+
 @dataclasses.dataclass(frozen=True)
 class ShardInfo:
     filename: str
     records: int  # rows, whatever the layout
     bytes: int
     blocks: int | None = None  # TFRecords of the block layout; None for the rows layout
+    # The shard's block index (`encode_block_index`), uncompressed blocks layout only; None
+    # for shards converted before indexes were written: readers scan their frame headers.
+    index: str | None = None
 
     @property
     def tfrecords(self) -> int:
@@ -202,20 +287,17 @@ class ShardInfo:
 
     def to_json(self) -> dict:
         d = {"filename": self.filename, "records": self.records, "bytes": self.bytes}
-        return d if self.blocks is None else {**d, "blocks": self.blocks}
+        if self.blocks is not None:
+            d["blocks"] = self.blocks
+        return d if self.index is None else {**d, "index": self.index}
 
     @classmethod
     def from_json(cls, d: Mapping, where: str = "shard") -> "ShardInfo":
         d = _object(d, where)
-        filename = _typed(d, "filename", str, where)
-        # Shards live inside the dataset directory: no absolute paths, no way out of it.
-        if (
-            not filename
-            or filename.startswith(("/", "\\"))
-            or "://" in filename
-            or ".." in re.split(r"[/\\]", filename)
-        ):
-            raise ValueError(f"{where}.filename must name a file inside the dataset directory, got {filename!r}")
+        filename = _file_inside(d, "filename", where)
+        index = _file_inside(d, "index", where, default=None)
+        if index == filename:
+            raise ValueError(f"{where}.index names the shard itself ({filename!r}), not its block index")
         counts = {}
         for key in ("records", "bytes", "blocks"):
             value = (
@@ -226,7 +308,9 @@ class ShardInfo:
             if value is not None and value < 0:
                 raise ValueError(f"{where}.{key} must be >= 0, got {value}")
             counts[key] = value
-        return cls(filename, counts["records"], counts["bytes"], counts["blocks"])
+        if index is not None and counts["blocks"] is None:
+            raise ValueError(f"{where} has an index but no blocks: only shards of the blocks layout have one")
+        return cls(filename, counts["records"], counts["bytes"], counts["blocks"], index)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -343,6 +427,13 @@ class DatasetInfo:
             )
         if self.layout == "blocks" and any(s.blocks is None for split in self.splits for s in split.shards):
             raise ValueError("every shard of the blocks layout must give its number of blocks")
+        indexed = [s.filename for split in self.splits for s in split.shards if s.index is not None]
+        if indexed and (self.layout != "blocks" or self.compression != "none"):
+            # A gzip shard's byte offsets are not its blocks' offsets: it is read as a stream.
+            raise ValueError(
+                f"shard {indexed[0]!r} has a block index, which only uncompressed shards of the blocks layout "
+                f"have; this dataset has layout {self.layout!r} and compression {self.compression!r}"
+            )
 
     def feature(self, name: str) -> FeatureSpec:
         for f in self.features:

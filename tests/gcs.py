@@ -11,11 +11,14 @@
 - IAM is not emulated: every request naming the bucket FORBIDDEN_BUCKET gets GCS's 403,
   and so does every read of an object in LIST_ONLY_BUCKET (listing it works), as for an
   account holding storage.objects.list without storage.objects.get.
+- `GcsEmulator.recording()` lists the responses the server sends (method, path, body
+  bytes): what an operation costs in requests and bytes, whichever client made them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import os
 import re
@@ -23,6 +26,7 @@ import select
 import socket
 import ssl
 import threading
+import urllib.parse
 
 GCS_HOSTS = ("www.googleapis.com", "storage.googleapis.com")
 # TensorFlow's GCS filesystem reads these when TensorFlow is imported: conftest sets them.
@@ -245,6 +249,55 @@ def _forbidden_bucket_answers_403():
     server.Router._ingest_forbidden = True
 
 
+@dataclasses.dataclass(frozen=True)
+class Served:
+    """One response of the emulator: the request's method and path, and the body's bytes."""
+
+    method: str
+    path: str
+    bytes: int
+
+    @property
+    def object(self) -> str | None:
+        """The object the request names (its metadata or its content), or None (a listing, a bucket)."""
+        path = self.path.split("?")[0]
+        json_api = re.match(r"^(?:/download|/upload)?(?:/storage/v1)?/b/[^/]+/o/(.+)$", path)
+        if json_api:
+            return urllib.parse.unquote(json_api.group(1))
+        xml_api = re.match(r"^/[^/]+/(.+)$", path)
+        return urllib.parse.unquote(xml_api.group(1)) if xml_api and not path.startswith(("/b/", "/storage/")) else None
+
+    @property
+    def content(self) -> bool:
+        """Whether the body is an object's bytes (a download), not JSON about it."""
+        path, _, query = self.path.partition("?")
+        xml_api = not path.startswith(("/b/", "/storage/", "/download/", "/upload/"))
+        return self.method == "GET" and (xml_api or path.startswith("/download/") or "alt=media" in query)
+
+
+_RECORDERS: list = []
+
+
+def _responses_are_recorded():
+    """Every response the emulator sends is appended to the recordings open at the time
+    (`GcsEmulator.recording`): what a client's operation costs in requests and bytes,
+    counted where GCS would bill them. The third seam patched here."""
+    from gcp_storage_emulator import server
+
+    if getattr(server.Response, "_ingest_recorded", False):
+        return
+    original = server.Response.close
+
+    def close(self):
+        content = self._content.encode("utf-8") if isinstance(self._content, str) else self._content
+        for recording in list(_RECORDERS):
+            recording.append(Served(self._handler.command, self._handler.path, len(content)))
+        return original(self)
+
+    server.Response.close = close
+    server.Response._ingest_recorded = True
+
+
 class GcsEmulator:
     """gcp-storage-emulator on 127.0.0.1, plus the TLS relay TensorFlow needs."""
 
@@ -253,6 +306,7 @@ class GcsEmulator:
 
         _https_urls_for_gcs_hosts()
         _forbidden_bucket_answers_403()
+        _responses_are_recorded()
 
         self.port = free_port()
         self._server = create_server("127.0.0.1", self.port, in_memory=True)
@@ -288,6 +342,16 @@ class GcsEmulator:
     @property
     def proxy(self) -> TlsRelayProxy:
         return self._proxy
+
+    @contextlib.contextmanager
+    def recording(self):
+        """A list of every response (`Served`) the server sends inside the `with`."""
+        served: list = []
+        _RECORDERS.append(served)
+        try:
+            yield served
+        finally:
+            _RECORDERS.remove(served)
 
     def wipe(self):
         self._server.wipe()

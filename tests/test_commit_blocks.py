@@ -50,10 +50,10 @@ def _ids(blocks: list) -> list:
 @pytest.mark.parametrize("budget", [IN_MEMORY, BUCKETS], ids=["in_memory", "buckets"])
 def test_rows_are_shuffled_one_by_one_before_blocks_are_cut(tmp_path, budget):
     out = io.BytesIO()
-    count = write_block_shard(_fragments(tmp_path), out, rng=np.random.default_rng(1), block_rows=K, budget=budget)
+    lengths = write_block_shard(_fragments(tmp_path), out, rng=np.random.default_rng(1), block_rows=K, budget=budget)
     blocks = _blocks(out)
     ids = _ids(blocks)
-    assert count == len(blocks) == -(-N // K) and sorted(ids) == list(range(N))
+    assert len(lengths) == len(blocks) == -(-N // K) and sorted(ids) == list(range(N))
     assert [b["__rows__"][0] for b in blocks] == [K] * (N // K) + [N % K]  # only the last block is short
     # Each block samples the whole shard, not one chunk: 64 rows drawn from 20 chunks of
     # 250 touch ~19 of them (a block cut from one chunk's share would touch 1).

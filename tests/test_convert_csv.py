@@ -234,7 +234,8 @@ def test_existing_dataset_is_refused_without_overwrite(tmp):
     assert read_examples(tmp / "out") == [{"a": [5]}]
     # The old shards are gone; the new one may carry a fresh name (the old dataset
     # stayed readable until the new metadata landed).
-    assert sorted(os.listdir(tmp / "out")) == sorted(["dataset_info.json", info.split("train").shards[0].filename])
+    shard = info.split("train").shards[0]
+    assert sorted(os.listdir(tmp / "out")) == sorted(["dataset_info.json", shard.filename, shard.index])
     assert info.split("train").records == 1
 
 
@@ -254,7 +255,11 @@ def test_rerun_after_an_interrupted_job_cleans_up_and_succeeds(tmp):
     )
     write_text(temp / "fragments" / "000-00000" / "x.tfrecord", "partial")
     info = run_convert("--source", "csv", "--input", src, "--output", out)
-    assert sorted(os.listdir(out)) == ["dataset_info.json", "train-00000-of-00001.tfrecord"]
+    assert sorted(os.listdir(out)) == [
+        "dataset_info.json",
+        "train-00000-of-00001.tfrecord",
+        "train-00000-of-00001.tfrecord.index",
+    ]
     assert info.split("train").records == 3
 
 

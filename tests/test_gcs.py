@@ -19,6 +19,7 @@ import ingest
 from beam_jobs import convert
 from beam_jobs.convert import ConversionError
 from beam_jobs.output import directory as output_dir
+from ingest.blocks import index as block_index
 from tests.conftest import run_convert
 from tests.gcs import LIST_ONLY_BUCKET, GcsEmulator
 
@@ -91,6 +92,24 @@ def test_runtime_reads_gcs_and_a_model_trains_from_it(converted):
     model.compile("sgd", tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     history = model.fit(ds, steps_per_epoch=5, epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0])
+
+
+def test_opening_a_dataset_downloads_the_block_indexes_of_its_own_shards_not_the_shards(gcs, converted, monkeypatch):
+    train = converted.split("train").shards
+    assert len(train) == 4 and all(s.index == s.filename + ".index" for s in train)
+    for pipelines, mine in ((2, train[1::2]), (1, train)):
+        monkeypatch.setattr(block_index, "_offsets_cache", {})  # as in a fresh trainer process
+        ctx = tf.distribute.InputContext(num_input_pipelines=pipelines, input_pipeline_id=pipelines - 1)
+        with gcs.recording() as served:
+            ingest.make_dataset("gs://bkt/ds", batch_size=128, split="train", label="label", input_context=ctx)
+        downloaded = {r.object for r in served if r.content and r.bytes}
+        assert downloaded == {"ds/dataset_info.json", *(f"ds/{s.index}" for s in mine)}, pipelines
+        # Per shard of this pipeline: its size checked (TensorFlow may have it cached), its
+        # index read; no other shard named. The rest (the metadata, the listing that checks
+        # the shards exist) is per dataset.
+        named = [r.object for r in served if r.object and r.object.startswith("ds/train-")]
+        assert {n.removesuffix(".index") for n in named} == {f"ds/{s.filename}" for s in mine}, named
+        assert len(named) <= 2 * len(mine) and len(served) - len(named) <= 6, [r.path for r in served]
 
 
 def test_images_from_a_manifest_of_gcs_paths(gcs, tmp_path):

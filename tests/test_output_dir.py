@@ -426,7 +426,7 @@ def test_overwrite_refuses_an_old_shard_name_holding_a_pattern(tmp):
     _edit_metadata(out, lambda d: d["splits"][0]["shards"][0].update(filename="train-*.tfrecord"))
     with pytest.raises(ConversionError, match=r"names 'train-\*\.tfrecord' as a file of the dataset"):
         run_convert("--source", "csv", "--input", _csv(tmp, "v2", [4]), "--output", out, "--overwrite")
-    assert sorted(os.listdir(out)) == ["dataset_info.json", "train-*.tfrecord"]
+    assert sorted(os.listdir(out)) == ["dataset_info.json", "train-*.tfrecord", "train-00000-of-00001.tfrecord.index"]
 
 
 @pytest.mark.parametrize("entry", ["old_files", "moves"])

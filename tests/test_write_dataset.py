@@ -86,7 +86,8 @@ def test_a_few_stray_values_are_quarantined_and_a_mixed_column_is_an_error(tmp):
         _write(mixed, tmp / "mixed")
     # The failed pipeline's temp dir does not block the next one in this process.
     again = _write([{"id": 1, "v": 1}], tmp / "mixed")
-    assert sorted(os.listdir(tmp / "mixed")) == sorted(["dataset_info.json", again.split("train").shards[0].filename])
+    shard = again.split("train").shards[0]
+    assert sorted(os.listdir(tmp / "mixed")) == sorted(["dataset_info.json", shard.filename, shard.index])
 
 
 def test_ints_and_floats_share_float32_only_when_it_keeps_every_int(tmp):
@@ -165,7 +166,8 @@ def test_the_output_directory_rules_hold(tmp):
         _write([{"id": 2}], tmp / "ds")
     info = _write([{"id": 2}], tmp / "ds", overwrite=True)
     assert [r["id"] for r in read_examples(tmp / "ds")] == [[2]] and info.split("train").records == 1
-    assert sorted(os.listdir(tmp / "ds")) == sorted(["dataset_info.json", info.split("train").shards[0].filename])
+    shard = info.split("train").shards[0]
+    assert sorted(os.listdir(tmp / "ds")) == sorted(["dataset_info.json", shard.filename, shard.index])
     with pytest.raises(ConversionError, match=r"--max_bad_fraction must be in \[0, 1\]"):
         WriteDataset(str(tmp / "x"), max_bad_fraction=2)
 
@@ -175,7 +177,8 @@ def test_the_output_is_claimed_when_the_pipeline_runs_not_when_it_is_built(tmp):
     _ = p | beam.Create([{"id": 1}]) | WriteDataset(str(tmp / "ds"))
     assert not os.path.exists(tmp / "ds")  # built, not run: nothing claimed
     p.run().wait_until_finish()
-    assert sorted(os.listdir(tmp / "ds")) == sorted(["dataset_info.json", "train-00000-of-00001.tfrecord"])
+    shard = "train-00000-of-00001.tfrecord"
+    assert sorted(os.listdir(tmp / "ds")) == sorted(["dataset_info.json", shard, shard + ".index"])
 
 
 def test_windowed_rows_are_written_as_one_dataset(tmp):

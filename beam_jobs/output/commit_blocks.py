@@ -26,8 +26,9 @@ from beam_jobs.encode.blocks import encode_blocks
 from beam_jobs.encode.tfrecord import key_ranges
 from beam_jobs.output.commit_rows import Budget, read_exactly
 from beam_jobs.output.fragments import read_index
+from ingest import contract
 
-__all__ = ["run_bytes", "write_block_shard"]
+__all__ = ["run_bytes", "write_block_shard", "write_block_index"]
 
 _RAW = CompressionTypes.UNCOMPRESSED
 _DTYPE_KEY = b"ingest.dtype"
@@ -80,13 +81,18 @@ def _concat(tables: list) -> pa.Table:
 
 
 class _BlockSink:
-    """Encodes rows into framed blocks of `block_rows` as they come; writes them to `out`."""
+    """Encodes rows into framed blocks of `block_rows` as they come; writes them to `out`
+    and keeps each block's frame length (the shard's block index)."""
 
     def __init__(self, out, block_rows: int, defaults: dict | None = None):
         self._out, self._k, self._defaults = out, block_rows, defaults
         self._carry: list = []
         self._carried = 0
-        self.blocks = 0
+        self._lengths: list = []
+
+    @property
+    def frame_lengths(self) -> np.ndarray:
+        return np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
 
     def add(self, table: pa.Table) -> None:
         self._carry.append(table)
@@ -104,18 +110,20 @@ class _BlockSink:
         full = table.num_rows if final else table.num_rows // self._k * self._k
         for start in range(0, full, self._k * _ROWS_PER_ENCODE):
             part = table.slice(start, min(self._k * _ROWS_PER_ENCODE, full - start))
-            data, _, _, sizes = encode_blocks(_columns(part), part.num_rows, self._k, self._defaults)
+            data, offsets, _, _ = encode_blocks(_columns(part), part.num_rows, self._k, self._defaults)
             self._out.write(memoryview(data))
-            self.blocks += len(sizes)
+            self._lengths.append(np.diff(offsets).astype(np.int64))
         rest = table.slice(full)
         self._carry, self._carried = ([rest], rest.num_rows) if rest.num_rows else ([], 0)
 
 
 def write_block_shard(
     fragments: list, out, *, rng, block_rows: int, budget: Budget = Budget(), on_rows=None, defaults=None
-) -> int:
+) -> np.ndarray:
     """Writes the fragments' rows to `out` as blocks, shuffled row by row when `rng` is
-    given (else in source order); returns the number of blocks. `on_rows(columns, n,
+    given (else in source order); returns each block's TFRecord frame length, in shard
+    order: their count is the shard's blocks, their cumulative sums its block offsets
+    (`contract.encode_block_index`). `on_rows(columns, n,
     index)` sees each run of rows ([(name, dtype, array)]) as it is read, before the
     shuffle: the statistics then run beside the permutation and encoding. `defaults`:
     {column: the value a missing one is written as} where not the dtype's natural one."""
@@ -134,7 +142,15 @@ def write_block_shard(
     else:
         _through_buckets(runs, total_bytes, sink, rng, budget)
     sink.close()
-    return sink.blocks
+    return sink.frame_lengths
+
+
+def write_block_index(path: str, frame_lengths: np.ndarray) -> None:
+    """Writes a shard's block index (`contract.encode_block_index`) to `path`, beside the
+    shard in the job's temp dir: Finalize moves both into place before the metadata that
+    names them, so neither is ever part of a dataset without the other."""
+    with FileSystems.create(path, mime_type="application/octet-stream", compression_type=_RAW) as f:
+        f.write(contract.encode_block_index(frame_lengths))
 
 
 def _seen(fragments: list, on_rows):

@@ -145,7 +145,7 @@ def _list(output: str) -> list:
 # only if it is one of these: never a path outside the directory, a directory, the
 # metadata itself, a temp dir, or a pattern.
 _WRITTEN_NAME = re.compile(
-    r"(?:[A-Za-z][A-Za-z0-9_]*-\d{5,}-of-\d{5,}(?:-[0-9a-f]{1,12})?\.tfrecord(?:\.gz)?"
+    r"(?:[A-Za-z][A-Za-z0-9_]*-\d{5,}-of-\d{5,}(?:-[0-9a-f]{1,12})?\.tfrecord(?:\.gz|\.index)?"
     rf"|{contract.QUARANTINE_DIRNAME}/part-\d{{5,}}-of-\d{{5,}}(?:-[0-9a-f]{{1,12}})?\.jsonl)"
 )
 _GLOB_CHARS = re.compile(r"[*?\[\]{}]")
@@ -158,9 +158,10 @@ def refuse_undeletable(output: str, rels, *, listed_in: str) -> None:
         if not isinstance(rel, str) or not _WRITTEN_NAME.fullmatch(rel):
             raise OutputError(
                 f"{listed_in} names {rel!r} as a file of the dataset in {output}, but no conversion writes that "
-                "name (only shards such as train-00000-of-00004.tfrecord and quarantine/part-*.jsonl); the job "
-                f"deletes nothing it cannot prove it wrote, so nothing was deleted. Restore {listed_in} from the "
-                "conversion that wrote it, remove the entry, or choose another --output"
+                "name (only shards such as train-00000-of-00004.tfrecord, their block indexes such as "
+                "train-00000-of-00004.tfrecord.index, and quarantine/part-*.jsonl); the job deletes nothing it "
+                f"cannot prove it wrote, so nothing was deleted. Restore {listed_in} from the conversion that "
+                "wrote it, remove the entry, or choose another --output"
             )
 
 
@@ -225,7 +226,7 @@ def remove_temp_dir(temp_dir: str) -> None:
 
 def dataset_files(info: contract.DatasetInfo) -> list:
     """The files a dataset's metadata lists, relative to its directory."""
-    files = [shard.filename for split in info.splits for shard in split.shards]
+    files = [name for split in info.splits for shard in split.shards for name in (shard.filename, shard.index) if name]
     files += [q["path"] for q in info.quarantine.get("files", ())]
     return files
 
