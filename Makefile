@@ -54,6 +54,9 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python -m benchmarks --out bench-out/suite
 	$(BIN)/python -m benchmarks.conversion
 	$(BIN)/python -m benchmarks.runtime
+	$(BIN)/python -m benchmarks.smooth
+	$(BIN)/python -m benchmarks.startup
+	$(BIN)/python -m benchmarks.open_cost
 	$(BIN)/python -m benchmarks.images
 	$(BIN)/python -m benchmarks.checkpoints
 	$(BIN)/python -m benchmarks.statistics

@@ -76,3 +76,26 @@ def test_quick_conversion_benchmark_reports_every_comparison(tmp_path):
     ]
     assert [r["workers"] for r in results["multiprocess"]] == [1, 2]
     assert [r["rows"] for r in results["rss"]] == [20000, 100000]
+
+
+@pytest.mark.slow
+def test_quick_runtime_smooth_and_startup_benchmarks_report_every_pipeline(tmp_path):
+    from benchmarks import runtime, smooth, startup
+
+    data, out = str(tmp_path / "data"), str(tmp_path / "out")
+    assert runtime.main(["--quick", "--no_rss", "--workdir", data, "--out", out]) == 0
+    throughput = json.load(open(tmp_path / "out" / "runtime.json"))["throughput"]
+    assert sorted(throughput) == ["256", "4096"]
+    for rows in throughput.values():
+        by_name = {r["pipeline"]: r for r in rows}
+        assert by_name["parquet_in_memory"]["vs_parquet_in_memory"] == 1.0
+        assert {"make_dataset, blocks", "hand_tuned_rows", "naive"} <= set(by_name)
+        assert all(r["examples_per_sec"] > 0 for r in rows)
+    assert smooth.main(["--quick", "--epochs", "2", "--workdir", data, "--out", out]) == 0
+    smoothness = json.load(open(tmp_path / "out" / "smooth.json"))
+    assert [r["batch_size"] for r in smoothness] == [256, 4096]
+    assert all(0 <= r["idle_pct"] <= 100 and r["step_ms"] > r["producer_ms"] > 0 for r in smoothness)
+    assert startup.main(["--quick", "--workdir", data, "--out", out]) == 0
+    rows = json.load(open(tmp_path / "out" / "startup.json"))["rows"]
+    assert [r["pipeline"] for r in rows] == ["make_dataset", "hand_tuned_rows", "parquet_in_memory"]
+    assert all(r["fresh_process_s"] > 0 and r["new_iterator_s"] > 0 for r in rows)
