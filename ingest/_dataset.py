@@ -306,7 +306,8 @@ def read_records(path, *, split: str = "train", options: ReadOptions | None = No
     rows (docs/block_format.md): count rows with the metadata, not records.
     """
     req = _request.build(path, split=split, options=options, raw=True)
-    return _read.records(req, _read.shard_plan(req)).with_options(_tf_options(req))
+    with own_functions():  # as make_dataset's read stage is built
+        return _read.records(req, _read.shard_plan(req)).with_options(_tf_options(req))
 
 
 def _cache_target(req: Request, plan: _tuning.FileShards) -> str | None:
