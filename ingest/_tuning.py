@@ -23,6 +23,7 @@ __all__ = [
     "block_shuffle_buffer",
     "batches",
     "FileShards",
+    "dealt_files",
     "shard_files",
 ]
 
@@ -177,6 +178,17 @@ class FileShards:
         return sum(self.rows) if self.record_shard is None else None
 
 
+def dealt_files(files: int, *, num_pipelines: int, pipeline_id: int) -> range | None:
+    """The files input pipeline `pipeline_id` of `num_pipelines` reads whole, dealt round
+    robin when there are at least as many files as pipelines; None when it reads records
+    of every file (one pipeline, or fewer files than pipelines)."""
+    if num_pipelines <= 1:
+        return None
+    if not 0 <= pipeline_id < num_pipelines:
+        raise ValueError(f"input pipeline id {pipeline_id} is out of range for {num_pipelines} pipelines")
+    return range(pipeline_id, files, num_pipelines) if files >= num_pipelines else None
+
+
 def shard_files(files, records, *, num_pipelines: int, pipeline_id: int, rows=None) -> FileShards:
     """File-level sharding across input pipelines, record-level when files are too few.
 
@@ -187,10 +199,8 @@ def shard_files(files, records, *, num_pipelines: int, pipeline_id: int, rows=No
     rows = None if rows is None else tuple(rows)
     if num_pipelines <= 1:
         return FileShards(files, records, sum(records), rows=rows)
-    if not 0 <= pipeline_id < num_pipelines:
-        raise ValueError(f"input pipeline id {pipeline_id} is out of range for {num_pipelines} pipelines")
-    if len(files) >= num_pipelines:
-        mine = range(pipeline_id, len(files), num_pipelines)
+    mine = dealt_files(len(files), num_pipelines=num_pipelines, pipeline_id=pipeline_id)
+    if mine is not None:
         counts = tuple(records[i] for i in mine)
         mine_rows = None if rows is None else tuple(rows[i] for i in mine)
         return FileShards(tuple(files[i] for i in mine), counts, sum(counts), rows=mine_rows)

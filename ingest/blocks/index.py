@@ -22,9 +22,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ingest import contract
+from ingest import _tuning, contract
 
-__all__ = ["BlockIndex", "block_rows_of", "index_split", "pipeline_shards", "pipeline_blocks", "pipeline_index"]
+__all__ = ["BlockIndex", "block_rows_of", "index_split", "pipeline_blocks", "pipeline_index"]
 
 _FRAME_OVERHEAD = 16  # length (8), its CRC (4), the data's CRC (4)
 
@@ -211,24 +211,13 @@ def index_split(
     )
 
 
-def pipeline_shards(shards: int, *, num_pipelines: int, pipeline_id: int) -> range | None:
-    """The shards input pipeline `pipeline_id` of `num_pipelines` reads whole, dealt round
-    robin when there are at least as many shards as pipelines; None when it reads blocks
-    of every shard (one pipeline, or fewer shards than pipelines)."""
-    if num_pipelines <= 1:
-        return None
-    if not 0 <= pipeline_id < num_pipelines:
-        raise ValueError(f"input pipeline id {pipeline_id} is out of range for {num_pipelines} pipelines")
-    return range(pipeline_id, shards, num_pipelines) if shards >= num_pipelines else None
-
-
 def pipeline_blocks(index: BlockIndex, *, num_pipelines: int, pipeline_id: int) -> BlockIndex:
     """The blocks input pipeline `pipeline_id` of `num_pipelines` reads.
 
     Whole shards, dealt round robin, when there are at least as many shards as pipelines
     (each pipeline opens only its own files); otherwise blocks dealt round robin.
     """
-    mine = pipeline_shards(len(index.files), num_pipelines=num_pipelines, pipeline_id=pipeline_id)
+    mine = _tuning.dealt_files(len(index.files), num_pipelines=num_pipelines, pipeline_id=pipeline_id)
     if mine is not None:
         return index.take(np.flatnonzero(np.isin(index.file_of, np.asarray(mine, np.int64))))
     if num_pipelines <= 1:
@@ -241,6 +230,6 @@ def pipeline_index(
 ) -> BlockIndex:
     """`pipeline_blocks` of the split's index, reading the offsets of this pipeline's shards
     only: on a large dataset every trainer opens a few block indexes, not all of them."""
-    mine = pipeline_shards(len(split.shards), num_pipelines=num_pipelines, pipeline_id=pipeline_id)
+    mine = _tuning.dealt_files(len(split.shards), num_pipelines=num_pipelines, pipeline_id=pipeline_id)
     index = index_split(path, split, block_rows, content=content, shards=mine)
     return pipeline_blocks(index, num_pipelines=num_pipelines, pipeline_id=pipeline_id)
