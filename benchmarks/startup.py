@@ -56,11 +56,9 @@ def _child(which: str, paths: dict, batch_size: int) -> None:
 
 def new_iterator_seconds(ds, runs: int) -> list:
     """iter(ds) and its first batch, each after the previous iterator was consumed to its end."""
-    from benchmarks._measure import drain_in_graph
-
     times = []
     for _ in range(runs):
-        drain_in_graph(ds)  # a whole epoch: its iterator ends, as a Keras epoch's does
+        _measure.drain_in_graph(ds)  # a whole epoch: its iterator ends, as a Keras epoch's does
         start = time.perf_counter()
         next(iter(ds))
         times.append(time.perf_counter() - start)

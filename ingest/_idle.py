@@ -143,7 +143,7 @@ def measure_idle(
     Stops after `steps` steady-state steps, or when the dataset ends.
 
     A `tf.data.Dataset` is taken inside the graph, `steps_per_call` batches per host call
-    (default: as many as make ~2 ms of steps, at most 64; 1 for steps of 2 ms or more);
+    (default: as many as make ~5 ms of steps, at most 256; 1 for steps over 2.5 ms);
     anything else iterable, one `next()` per batch.
     """
     if depth < 1:
