@@ -71,3 +71,18 @@ def test_own_functions_nests_and_restores():
             assert not any(traced().values())
         assert all(traced().values())
     assert not any(traced().values())
+
+
+@pytest.mark.parametrize("drop_remainder, ops", [(False, 3), (True, 2)])
+def test_a_column_adds_a_split_and_a_reshape_per_part_to_a_window_batches(blocks, drop_remainder, ops):
+    # 300 rows in batches of 8 end in a short batch: every column is split into its whole
+    # batches and its tail, each reshaped (the tail dropped with drop_remainder). Every op
+    # of the function is paid again by each new iterator, so none more is made per column.
+    def window_batches_ops(features):
+        ds = ingest.make_dataset(blocks, batch_size=8, features=features, drop_remainder=drop_remainder)
+        graph = tf.compat.v1.GraphDef()
+        graph.ParseFromString(ds._as_serialized_graph().numpy())
+        (count,) = [len(f.node_def) for f in graph.library.function if "window_batches" in f.signature.name]
+        return count
+
+    assert window_batches_ops(["id", "x", "t"]) - window_batches_ops(["x"]) == 2 * ops

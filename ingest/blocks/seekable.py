@@ -228,25 +228,32 @@ def _within_epochs(n, seed, key, w, window: int, total_rows: int):
     )
 
 
-def _row_slice(start, count):
-    """x -> x[start : start + count] along its rows (count -1: to the end).
+def _row_count(columns):
+    """[rows] of a window's columns, as a vector of one (the first dimension they share)."""
+    for x in columns:
+        if not isinstance(x, tf.RaggedTensor):
+            return tf.slice(tf.shape(x, out_type=tf.int64), [0], [1])
+    return tf.reshape(columns[0].nrows(), [1])
 
-    One Slice op per tensor, its begin and size vectors made once per rank: every op of a
-    tf.data function costs time whenever an iterator is made, and a window has a tensor
-    per column.
+
+def _reshaper(lead):
+    """x -> x reshaped to `lead` (a vector) and its inner dimensions.
+
+    The shape vector is made once per inner shape, not per tensor: every op of a tf.data
+    function costs time whenever an iterator is made, and a window has a tensor per column.
     """
-    vectors = {}
+    shapes = {}
 
-    def rows(x):
-        if isinstance(x, tf.RaggedTensor):
-            return x[start:] if isinstance(count, int) and count == -1 else x[start : start + count]
-        rank = x.shape.rank
-        if rank not in vectors:
-            rest_begin, rest_size = tf.zeros([rank - 1], tf.int64), -tf.ones([rank - 1], tf.int64)
-            vectors[rank] = (tf.concat([[start], rest_begin], 0), tf.concat([[count], rest_size], 0))
-        return tf.slice(x, *vectors[rank])
+    def reshape(x):
+        inner = x.shape[1:]
+        if not inner.is_fully_defined():
+            return tf.reshape(x, tf.concat([lead, tf.shape(x, out_type=tf.int64)[1:]], 0))
+        key = tuple(inner.as_list())
+        if key not in shapes:
+            shapes[key] = tf.concat([lead, tf.constant(key, tf.int64)], 0) if key else lead
+        return tf.reshape(x, shapes[key])
 
-    return rows
+    return reshape
 
 
 def seekable_block_batches(req: Request, index: BlockIndex) -> tf.data.Dataset:
@@ -431,36 +438,56 @@ class _SeekableOrder:
         return self.split_label(self.padded(rows)), drop
 
     def window_batches(self, element, drop):
-        """A window's rows -> its batches: a reshape per column (a few ops each: every op here
-        costs time whenever an iterator is made), and the short tail, if the stream has one.
+        """A window's rows -> its batches: a reshape per column (and a split, if the stream
+        ends in a short batch), their shape vectors made once: every op here costs time
+        whenever an iterator is made.
 
         Nothing here runs a function of its own: a window's batches are a new dataset, and
         a filter's predicate was instantiated for every window (~1.5 ms of ~40 ms of CPU a
         window takes at batch 256).
         """
-        batch, short_tail, keep_short = self.batch, self.short_tail, not self.req.drop_remainder
-        n = tf.shape(tf.nest.flatten(element)[0], out_type=tf.int64)[0]
-        whole = n // batch * batch if short_tail else n
-        head = _row_slice(0, whole)
+        batch, keep_short = self.batch, not self.req.drop_remainder
         # Without drop_remainder the batch dimension is None, as the rows layout gives: a
         # batch size whose value the graph does not know.
-        size = tf.raw_ops.PlaceholderWithDefault(input=tf.constant(batch, tf.int64), shape=[]) if keep_short else batch
+        if keep_short:
+            size = tf.raw_ops.PlaceholderWithDefault(input=tf.constant(batch, tf.int64), shape=[])
+            reshape = _reshaper(tf.stack([-1, size]))
+        else:
+            size, reshape = batch, _reshaper(tf.constant([-1, batch], tf.int64))
 
-        def cut(x):
-            rows = head(x) if short_tail else x
-            if isinstance(x, tf.RaggedTensor):
+        def batched(rows):
+            if isinstance(rows, tf.RaggedTensor):
                 return tf.RaggedTensor.from_uniform_row_length(rows, size)
-            inner = x.shape[1:]
-            if inner.is_fully_defined():
-                return tf.reshape(rows, tf.stack([-1, size] + inner.as_list()))
-            return tf.reshape(rows, tf.concat([tf.stack([-1, size]), tf.shape(x, out_type=tf.int64)[1:]], 0))
+            return reshape(rows)
 
-        ds = tf.data.Dataset.from_tensor_slices(tf.nest.map_structure(cut, element))
-        if short_tail and keep_short:
-            # The stream's last window ends in a short batch: slices of none or one of it.
-            count = tf.cast(whole < n, tf.int64)
-            tail = tf.nest.map_structure(lambda x: tf.expand_dims(_row_slice(whole, -1)(x), 0)[:count], element)
-            ds = ds.concatenate(tf.data.Dataset.from_tensor_slices(tail))
+        if not self.short_tail:
+            return tf.data.Dataset.from_tensor_slices(tf.nest.map_structure(batched, element)).skip(drop)
+        # Only the stream's last window ends in a short batch: its `tail` rows follow its
+        # whole batches' (other windows have no tail). A dense column of any rank is split
+        # into the two by one op (slices would take two, and begin and size vectors per
+        # rank), its axis a shared constant (tf.split would make one per call); a ragged
+        # column is sliced.
+        columns = tf.nest.flatten(element)
+        n = _row_count(columns)
+        tail = n % batch
+        whole = n - tail
+        splits, axis = tf.concat([whole, tail], 0), tf.constant(0)
+        parts = [None if isinstance(x, tf.RaggedTensor) else tf.split(x, splits, axis=axis) for x in columns]
+        ragged = any(p is None for p in parts)
+        whole_rows = tf.reshape(whole, []) if ragged else None
+        heads = [batched(x[:whole_rows] if p is None else p[0]) for x, p in zip(columns, parts)]
+        ds = tf.data.Dataset.from_tensor_slices(tf.nest.pack_sequence_as(element, heads))
+        if not keep_short:
+            return ds.skip(drop)
+        # Slices of none or one short batch: [count, tail] rows, count 0 when tail is 0
+        # (and the split's tail empty).
+        count = tf.minimum(tail, 1)
+        short = _reshaper(tf.concat([count, tail], 0))
+        count_rows = tf.reshape(count, []) if ragged else None
+        tails = [
+            tf.expand_dims(x[whole_rows:], 0)[:count_rows] if p is None else short(p[1]) for x, p in zip(columns, parts)
+        ]
+        ds = ds.concatenate(tf.data.Dataset.from_tensor_slices(tf.nest.pack_sequence_as(element, tails)))
         return ds.skip(drop)
 
 
