@@ -113,8 +113,10 @@ def _block_reads(index: BlockIndex, req: Request):
         which = tf.gather(file_of, blocks)
         names = tf.gather(files, which)
         at, size = tf.gather(offsets, blocks), tf.gather(lengths, blocks)
-        follows = tf.logical_and(tf.equal(which[1:], which[:-1]), tf.equal(at[1:], at[:-1] + size[:-1]))
-        starts = tf.concat([[True], tf.logical_not(follows)], 0)[: tf.size(blocks)]  # no blocks: no run
+        # A run starts where a block's (file, offset) is not the (file, end) of the block before.
+        here, after = tf.stack([which, at]), tf.stack([which, at + size])
+        breaks = tf.reduce_any(tf.not_equal(here[:, 1:], after[:, :-1]), axis=0)
+        starts = tf.concat([[True], breaks], 0)[: tf.size(blocks)]  # no blocks: no run
         segment = tf.cumsum(tf.cast(starts, tf.int64)) - 1
         first = tf.cast(tf.where(starts)[:, 0], tf.int64)
         runs = tf.size(first, out_type=tf.int64)
@@ -146,18 +148,18 @@ def _files_exist(names, blocks_per_file) -> tf.Operation:
     unique, which = tf.unique(names)
     listed = tf.math.unsorted_segment_max(blocks_per_file, which, tf.size(unique))
     found = tf.io.matching_files(_read.glob_escaped(unique))
-    present = tf.reduce_any(tf.equal(unique[:, None], found[None, :]), axis=1)
-    missing = tf.boolean_mask(unique, tf.logical_not(present))
-    blocks_listed = tf.strings.as_string(tf.boolean_mask(listed, tf.logical_not(present)))
+    present = tf.reduce_any(tf.equal(tf.expand_dims(unique, 1), tf.expand_dims(found, 0)), axis=1)
+    # The first missing file, if any (a where and a gather: a boolean_mask is ~20 ops).
+    missing = tf.where(tf.logical_not(present))[:1, 0]
     return tf.debugging.Assert(
-        tf.size(missing) == 0,
+        tf.reduce_all(present),
         [
             tf.strings.join(
                 [
                     "shard ",
-                    tf.strings.reduce_join(missing[:1]),
+                    tf.strings.reduce_join(tf.gather(unique, missing)),
                     f" is missing: {contract.METADATA_FILENAME} lists it with ",
-                    tf.strings.reduce_join(blocks_listed[:1]),
+                    tf.strings.reduce_join(tf.strings.as_string(tf.gather(listed, missing))),
                     " blocks, but the file does not exist (deleted or moved after conversion?). Restore the "
                     "file or reconvert the dataset, or pass skip_corrupt=True to skip its records.",
                 ]
@@ -169,7 +171,7 @@ def _files_exist(names, blocks_per_file) -> tf.Operation:
 def _all_read(positions, blocks, index: BlockIndex, names) -> tf.Operation:
     """Fails naming the first block of the window that was not there to read."""
     read = tf.scatter_nd(
-        positions[:, None], tf.ones_like(positions), tf.reshape(tf.size(blocks, out_type=tf.int64), [1])
+        tf.expand_dims(positions, 1), tf.ones_like(positions), tf.reshape(tf.size(blocks, out_type=tf.int64), [1])
     )
     in_shard, offsets = tf.constant(index.block_in_shard), tf.constant(index.offsets)
     return check_blocks(
@@ -373,9 +375,11 @@ class _SeekableOrder:
             tf.strings.join([tf.strings.as_string(seed), tf.strings.as_string(_key(this_pass, epochs))], "/"), 2**63 - 1
         )
         keys = tf.stack([keys % 2**32, keys // 2**32, tf.zeros_like(keys)], axis=1)
+        # Each epoch's key for each of its runs (a tile: tf.repeat takes ~25 ops).
+        keys = tf.reshape(tf.tile(tf.expand_dims(keys, 1), [1, self.num_runs, 1]), [-1, 3])
         runs = tf.raw_ops.RandomIndexShuffle(
             index=tf.tile(tf.range(self.num_runs, dtype=tf.int64), [count]),
-            seed=tf.repeat(keys, self.num_runs, axis=0),
+            seed=keys,
             max_index=tf.constant(self.num_runs - 1, tf.int64),
         )
         starts = tf.gather(self.run_starts, runs)
@@ -395,15 +399,23 @@ class _SeekableOrder:
         total_rows, stream = self.total_rows, self.stream
         start = w * self.window
         stop = start + self.window if stream is None else tf.minimum(start + self.window, stream)
-        epochs = tf.range(start // total_rows, (stop - 1) // total_rows + 1, dtype=tf.int64)
+        end = stop - 1
+        epochs = tf.range(start // total_rows, end // total_rows + 1, dtype=tf.int64)
         orders = self.epoch_orders(seed, this_pass, epochs)
         # Where each epoch's blocks end in the stream. The window's rows are consecutive in
         # the stream, so they are consecutive in its blocks parsed in order: the blocks from
-        # the one holding `start` to the one holding `stop - 1`, less `skip` rows at the head.
-        ends = tf.reshape(tf.cumsum(tf.gather(self.rows_of, orders), axis=1) + epochs[:, None] * total_rows, [-1])
+        # the one holding `start` to the one holding `end`, less `skip` rows at the head.
+        rows = tf.gather(self.rows_of, orders)
+        ends = tf.cumsum(rows, axis=1) + tf.expand_dims(epochs, 1) * total_rows
         orders = tf.reshape(orders, [-1])
-        first, last = tf.unstack(tf.searchsorted(ends, tf.stack([start, stop - 1]), side="right", out_type=tf.int64))
-        skip = start - ends[first] + tf.gather(self.rows_of, orders[first])
+        # searchsorted(side="right") without its reshapes (~15 ops): the op takes rows.
+        bounds = tf.raw_ops.UpperBound(
+            sorted_inputs=tf.reshape(ends, [1, -1]),
+            values=tf.reshape(tf.stack([start, end]), [1, 2]),
+            out_type=tf.int64,
+        )
+        first, last = tf.unstack(tf.reshape(bounds, [2]))
+        skip = start - tf.gather(tf.reshape(ends - rows, [-1]), first)  # less the rows before the first block
         head = w < 0  # the head element: an empty window
         with tf.control_dependencies([same]):
             blocks = orders[first : tf.where(head, first, last + 1)]
