@@ -94,15 +94,18 @@ def ensure_parquet(workdir: str, rows: int) -> str:
     return path
 
 
-def _has_statistics(dataset: str) -> bool:
-    """Whether the dataset exists, converted by a version that records statistics."""
+def _current(dataset: str) -> bool:
+    """Whether the dataset exists, converted by this version's format, with statistics."""
     import json
+
+    from ingest import contract
 
     meta = os.path.join(dataset, "dataset_info.json")
     if not os.path.exists(meta):
         return False
     with open(meta) as f:
-        return "statistics" in json.load(f)
+        d = json.load(f)
+    return "statistics" in d and d.get("format_version") == contract.FORMAT_VERSION
 
 
 def ensure_dataset(
@@ -116,7 +119,7 @@ def ensure_dataset(
     block_rows: int = 1024,
 ) -> str:
     """The CSV converted (label `label`, `shards` shards, `layout`), converted on first use
-    (and again if an older version converted it, without statistics).
+    (and again if an older version converted it: another format, or no statistics).
 
     `shuffle=False` converts with --no_shuffle; `indexed` adds the INDEX column (source order).
     """
@@ -126,7 +129,7 @@ def ensure_dataset(
     if layout == "blocks" and block_rows != 1024:
         name += f"-k{block_rows}"
     dataset = os.path.join(workdir, name)
-    if not _has_statistics(dataset):
+    if not _current(dataset):
         convert.run(
             [
                 "--source",

@@ -54,6 +54,9 @@ class Request:
     service: str | None = None  # a tf.data service dispatcher, "grpc://host:port"
     processing_mode: str = "distributed_epoch"
     start_batch: Any = None  # None, an int >= 0, or a scalar integer tf.Variable read per iterator
+    # Whether the blocks' bytes columns carry dictionary codes: True (format 3), False
+    # (before), None (spans of both: each block says).
+    text_codes: bool | None = None
 
     @property
     def checks_counts(self) -> bool:
@@ -188,7 +191,15 @@ def build(
         service=service,
         processing_mode=processing_mode,
         start_batch=start_batch,
+        text_codes=text_codes(view.infos),
     )
+
+
+def text_codes(infos) -> bool | None:
+    """Whether the datasets' blocks carry dictionary codes for bytes columns: all, none, or (spans
+    converted before and after format 3) each block says."""
+    coded = {i.format_version >= contract.CODES_SINCE for i in infos}
+    return coded.pop() if len(coded) == 1 else None
 
 
 def _check_canonical(canonical: int, *, num_pipelines: int, batch_size: int, seed, num_epochs) -> None:

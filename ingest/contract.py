@@ -41,13 +41,17 @@ __all__ = [
     "BLOCK_ROWS_FEATURE",
     "ROW_LENGTHS_SUFFIX",
     "MISSING_SUFFIX",
+    "CODES_SUFFIX",
+    "CODES_SINCE",
     "block_feature_names",
 ]
 
-# 2 added the block layout (`layout`, `block_rows`, each shard's `blocks`); 1 is the rows
-# layout, which this version reads as it is.
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+# 3 dictionary-encodes the block layout's bytes columns (`F/codes`); 2 added the block
+# layout (`layout`, `block_rows`, each shard's `blocks`); 1 is the rows layout. This
+# version reads all three as they are.
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+CODES_SINCE = 3  # the first format whose blocks carry `F/codes`
 LAYOUTS = ("rows", "blocks")
 METADATA_FILENAME = "dataset_info.json"
 QUARANTINE_DIRNAME = "quarantine"
@@ -55,15 +59,17 @@ QUARANTINE_DIRNAME = "quarantine"
 TEMP_PREFIX = "_ingest_tmp-"
 DTYPES = ("int64", "float32", "bytes")
 # The block layout's own features (docs/block_format.md): a block's row count, and per
-# column F its variable-length row lengths and the in-block positions of missing rows.
+# column F its variable-length row lengths, the in-block positions of missing rows, and
+# (bytes columns) each value's index into the block's dictionary.
 BLOCK_ROWS_FEATURE = "__rows__"
 ROW_LENGTHS_SUFFIX = "/row_lengths"
 MISSING_SUFFIX = "/missing"
+CODES_SUFFIX = "/codes"
 
 
 def block_feature_names(name: str) -> tuple:
     """The block layout's names derived from a column's, which no column may take."""
-    return (name + ROW_LENGTHS_SUFFIX, name + MISSING_SUFFIX)
+    return (name + ROW_LENGTHS_SUFFIX, name + MISSING_SUFFIX, name + CODES_SUFFIX)
 
 
 COMPRESSIONS = ("none", "gzip")
@@ -487,7 +493,7 @@ class DatasetInfo:
         if version not in READABLE_VERSIONS:
             raise ValueError(
                 f"dataset metadata has format_version {version!r}; this version of ingest "
-                f"reads format_version {' and '.join(map(str, READABLE_VERSIONS))}: "
+                f"reads format_version {', '.join(map(str, READABLE_VERSIONS[:-1]))} and {READABLE_VERSIONS[-1]}: "
                 "reconvert the dataset or upgrade ingest"
             )
         features = _typed(d, "features", list, "metadata")

@@ -90,6 +90,8 @@ def _cut_block(block: dict, features: dict) -> list:
     rows = [{} for _ in range(n)]
     for name, f in features.items():
         values, shape = block[name], f["shape"]
+        if name + "/codes" in block:  # a bytes column: the block's dictionary, a code per value
+            values = [values[c] for c in block[name + "/codes"]]
         if shape == []:
             parts = [[v] for v in values]
         elif shape[0] is not None:

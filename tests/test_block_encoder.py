@@ -76,8 +76,13 @@ def _expected_rows(block, columns) -> list:
     """The rows a block holds, cut by the spec alone."""
     (n,) = block[ROWS_FEATURE]
     rows = [{} for _ in range(n)]
-    for name, _, shape in columns:
+    for name, dtype, shape in columns:
         values = block[name]
+        if dtype == "bytes":
+            # A dictionary of distinct values and one code per value (format 3).
+            dictionary, codes = values, block[f"{name}/codes"]
+            assert len(set(dictionary)) == len(dictionary) and set(codes) == set(range(len(dictionary)))
+            values = [dictionary[c] for c in codes]
         if shape == ():
             assert len(values) == n
             cut = [[v] for v in values]
@@ -125,7 +130,8 @@ def test_blocks_hold_every_row_as_the_spec_says(table, block_rows):
                 width = 1 if shape == () else (shape[0] or 0)
                 start = i * width if shape[0:1] != (None,) else None
                 if start is not None:
-                    assert block[name][start : start + width] == [_DEFAULT[dtype]] * width
+                    values = block[name] if dtype != "bytes" else [block[name][c] for c in block[f"{name}/codes"]]
+                    assert values[start : start + width] == [_DEFAULT[dtype]] * width
 
 
 def test_given_defaults_fill_missing_scalars():

@@ -26,8 +26,12 @@ def _set_list(feature: tf.train.Feature, kind: str, values) -> None:
     getattr(feature, kind).value.extend(values)
 
 
-def write_blocks(specs, rows, block_rows: int) -> list:
-    """The reference writer: rows (dicts, None = missing) -> serialized block Examples, per the doc."""
+def write_blocks(specs, rows, block_rows: int, *, coded: bool = False) -> list:
+    """The reference writer: rows (dicts, None = missing) -> serialized block Examples, per the doc.
+
+    `coded`: bytes columns as format 3 writes them, a dictionary of the block's distinct
+    values (in the reverse of their first use, unlike the encoder) and a code per value.
+    """
     blocks = []
     for start in range(0, len(rows), block_rows):
         block = rows[start : start + block_rows]
@@ -51,6 +55,10 @@ def write_blocks(specs, rows, block_rows: int) -> list:
                 else:
                     values.extend(value)
                     lengths.append(len(value))
+            if coded and spec.dtype == "bytes":
+                dictionary = list(dict.fromkeys(values))[::-1]
+                _set_list(features[spec.name + "/codes"], "int64_list", [dictionary.index(v) for v in values])
+                values = dictionary
             _set_list(features[spec.name], _KIND[spec.dtype], values)
             if spec.is_variable_length:
                 _set_list(features[spec.name + "/row_lengths"], "int64_list", lengths)
@@ -150,14 +158,23 @@ def _schemas(draw):
 )
 def test_parse_blocks_gives_back_every_row_of_the_reference_blocks(schema, n, block_rows, seed):
     specs, rates = schema
-    rows = random_rows(np.random.default_rng(seed), specs, n, rates)
-    blocks = write_blocks(specs, rows, block_rows)
-    values, presence = parse_blocks(_blocks_tensor(blocks), specs, with_presence=True)
-    assert set(values) == set(presence) == {s.name for s in specs}
-    for spec in specs:
-        assert_rows_equal(spec, values[spec.name], rows)
-        np.testing.assert_array_equal(presence[spec.name].numpy(), _presence_expected(spec, rows), err_msg=spec.name)
-    assert_same_columns(parse_blocks(_blocks_tensor(blocks), specs), values)
+    rng = np.random.default_rng(seed)
+    rows = random_rows(rng, specs, n, rates)
+    # Format 3 and 2 blocks, read as such and as blocks that each say what they are.
+    for coded, codes in ((True, True), (True, None), (False, False), (False, None)):
+        blocks = write_blocks(specs, rows, block_rows, coded=coded)
+        values, presence = parse_blocks(_blocks_tensor(blocks), specs, with_presence=True, codes=codes)
+        assert set(values) == set(presence) == {s.name for s in specs}
+        for spec in specs:
+            assert_rows_equal(spec, values[spec.name], rows)
+            expected = _presence_expected(spec, rows)
+            np.testing.assert_array_equal(presence[spec.name].numpy(), expected, err_msg=spec.name)
+        assert_same_columns(parse_blocks(_blocks_tensor(blocks), specs, codes=codes), values)
+        take = rng.integers(0, n, size=rng.integers(0, 2 * n + 1)) if n else np.zeros(0, np.int64)
+        taken, taken_presence = parse_blocks(_blocks_tensor(blocks), specs, with_presence=True, codes=codes, take=take)
+        for spec in specs:
+            assert_rows_equal(spec, taken[spec.name], [rows[i] for i in take])
+            np.testing.assert_array_equal(taken_presence[spec.name].numpy(), presence[spec.name].numpy()[take])
 
 
 def assert_same_columns(a: dict, b: dict) -> None:
@@ -341,3 +358,52 @@ def test_permute_rows_in_a_tf_data_map():
         parse_blocks(_blocks_tensor(write_blocks(_MIXED, rows, 64)), _MIXED), tf.constant([3, 4], tf.int64)
     )
     np.testing.assert_array_equal(eager["id"].numpy(), ids)
+
+
+def test_a_window_of_blocks_from_before_and_after_dictionaries_reads_each_as_it_says():
+    """Spans converted before and after format 3, read as one: each block says what it holds."""
+    rows = _mixed_rows(64)
+    plain, coded = write_blocks(_MIXED, rows, 8), write_blocks(_MIXED, rows, 8, coded=True)
+    assert all(a != b for a, b in zip(plain, coded))
+    window = [plain[i] if i % 3 else coded[i] for i in range(len(plain))]
+    values, presence = parse_blocks(_blocks_tensor(window), _MIXED, with_presence=True)
+    for spec in _MIXED:
+        assert_rows_equal(spec, values[spec.name], rows)
+        np.testing.assert_array_equal(presence[spec.name].numpy(), _presence_expected(spec, rows), err_msg=spec.name)
+    # Told that every block is coded, a plain one is an error naming it, not a misread.
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"block feature `name/codes` holds 0 values for 8 rows"):
+        parse_blocks(_blocks_tensor(window), _MIXED, codes=True)
+
+
+def _coded_window(change) -> list:
+    blocks = write_blocks(_MIXED, _mixed_rows(24), 8, coded=True)
+    blocks[1] = _corrupt(blocks[1], change)
+    return blocks
+
+
+def _set_code(values, code):
+    values[-1] = code
+
+
+_CODE_CORRUPTIONS = {
+    "a code past the dictionary": (
+        lambda f: _set_code(f["name/codes"].int64_list.value, len(f["name"].bytes_list.value)),
+        r"block feature `name/codes` holds the code (\d+) for a dictionary of \1 values \(`name`\) \(block 1 ",
+    ),
+    "a negative code": (
+        lambda f: _set_code(f["words/codes"].int64_list.value, -1),
+        r"block feature `words/codes` holds the code -1 for a dictionary of \d+ values \(`words`\) \(block 1 ",
+    ),
+    "a code short": (
+        lambda f: _drop_last(f["name/codes"].int64_list.value),
+        r"block feature `name/codes` holds 7 values for 8 rows \(block 1 ",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_CODE_CORRUPTIONS))
+@pytest.mark.parametrize("codes", [True, None])
+def test_a_block_whose_codes_miss_its_dictionary_raises_naming_it(case, codes):
+    change, message = _CODE_CORRUPTIONS[case]
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        parse_blocks(_blocks_tensor(_coded_window(change)), _MIXED, codes=codes, take=tf.range(24, dtype=tf.int64))

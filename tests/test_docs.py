@@ -103,6 +103,7 @@ def workdir(tmp_path_factory):
             "x": rng.random(500).astype(np.float32),
             "pair": pa.array([[i, -i] for i in range(500)], pa.list_(pa.int64())),
             "tags": pa.array([list(range(i % 4)) for i in range(500)], pa.list_(pa.int64())),
+            "name": pa.array([f"n{i % 7}".encode() for i in range(500)], pa.binary()),
         }
     )
     blocks = convert_table(root / "blocks", table, "--block_rows", "64")

@@ -6,6 +6,7 @@ converted on its own as a daily pipeline would; every row carries its date, a un
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -228,3 +229,55 @@ def test_spans_with_and_without_a_label_differ_in_label(tmp_path):
         ingest.load_info([plain, labelled])
     with pytest.raises(FileNotFoundError, match="is a file, not a directory of spans"):
         ingest.spans(f"{plain}/dataset_info.json")
+
+
+def _as_format_2(path) -> None:
+    """Rewrites a blocks dataset as format_version 2 wrote it: bytes columns as plain lists
+    (no `F/codes`), and no block indexes."""
+    meta_path = os.path.join(path, "dataset_info.json")
+    with open(meta_path) as f:
+        meta = json.load(f)
+    text = [f["name"] for f in meta["features"] if f["dtype"] == "bytes"]
+    for split in meta["splits"]:
+        for shard in split["shards"]:
+            file = os.path.join(path, shard["filename"])
+            blocks = []
+            for raw in tf.data.TFRecordDataset(file).as_numpy_iterator():
+                example = tf.train.Example.FromString(raw)
+                features = example.features.feature
+                for name in text:
+                    dictionary = list(features[name].bytes_list.value)
+                    values = [dictionary[c] for c in features.pop(name + "/codes").int64_list.value]
+                    del features[name].bytes_list.value[:]
+                    features[name].bytes_list.value.extend(values)
+                blocks.append(example.SerializeToString())
+            with tf.io.TFRecordWriter(file) as writer:
+                for block in blocks:
+                    writer.write(block)
+            shard["bytes"] = os.path.getsize(file)
+            os.remove(os.path.join(path, shard.pop("index")))
+        split["bytes"] = sum(shard["bytes"] for shard in split["shards"])
+    meta["format_version"] = 2
+    with open(meta_path, "w") as f:
+        json.dump(meta, f)
+
+
+def test_spans_converted_before_and_after_dictionaries_read_as_one(tmp_path):
+    """A daily retraining's spans span an upgrade: format 2 and 3 blocks meet in one window."""
+    from ingest import _request
+
+    weather = _weather()
+    old, new = (convert_table(tmp_path / m, _month(weather, m), "--block_rows", "4") for m in MONTHS[:2])
+    before = _dates(_read(old, shuffle=False))
+    _as_format_2(old)
+    assert ingest.load_info(old).format_version == 2 and ingest.load_info(new).format_version == 3
+    assert _dates(_read(old, shuffle=False)) == before
+    infos = [ingest.load_info(p) for p in (old, new)]
+    assert _request.text_codes(infos) is None and _request.text_codes(infos[1:]) is True
+    expected = sorted(before + _dates(_read(new, shuffle=False)))
+    for options in ({"shuffle": False}, {}, {"options": ingest.ReadOptions(seekable_order=False)}):
+        dates = _dates(_read([old, new], **options))
+        assert sorted(dates) == expected, options
+    weathers = [w.decode() for batch in _read([old, new], shuffle=False) for w in batch["weather"].numpy().tolist()]
+    assert sorted(weathers) == sorted(_month(weather, MONTHS[0]).column("weather").to_pylist()
+                                      + _month(weather, MONTHS[1]).column("weather").to_pylist())  # fmt: skip

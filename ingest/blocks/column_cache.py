@@ -54,7 +54,9 @@ def cached_column_batches(ds: tf.data.Dataset, req: Request, plan: _tuning.FileS
     features = _parse.selected_features(req)
     k = req.info.block_rows
     window_rows = _tuning.block_window(k, plan.records, requested=req.options.block_window) * k
-    columns = ds.batch(max(plan.records, 1)).map(lambda blocks: parse_blocks(blocks, features)).cache()
+    columns = (
+        ds.batch(max(plan.records, 1)).map(lambda blocks: parse_blocks(blocks, features, codes=req.text_codes)).cache()
+    )
     if req.num_epochs != 1:
         columns = columns.repeat(req.num_epochs)
     # One random key per epoch. Dataset.random re-randomizes on each new iterator, so with a

@@ -436,17 +436,19 @@ class _SeekableOrder:
         with tf.control_dependencies([_all_read(positions, blocks, self.index, names)]):
             serialized = tf.identity(serialized)
         in_shard = tf.gather(self.in_shard, blocks)
-        values, rows_per_block = parse_blocks(
-            serialized, self.features, with_block_rows=True, locate=located_in(names, in_shard)
+        if self.shuffle:
+            order = _within_epochs(rows, seed, key, w, self.window, self.total_rows)
+        else:
+            order = tf.range(rows)
+        want = tf.gather(self.rows_of, blocks)
+        rows = parse_blocks(
+            serialized,
+            self.features,
+            locate=located_in(names, in_shard),
+            codes=self.req.text_codes,
+            take=skip + order,
+            row_check=lambda got: check_rows(got, want, names, in_shard),
         )
-        check = check_rows(rows_per_block, tf.gather(self.rows_of, blocks), names, in_shard)
-        with tf.control_dependencies([check]):
-            if self.shuffle:
-                order = _within_epochs(rows, seed, key, w, self.window, self.total_rows)
-            else:
-                order = tf.range(rows)
-        take = skip + order
-        rows = {name: tf.gather(column, take) for name, column in values.items()}
         return self.split_label(self.padded(rows)), drop
 
     def window_batches(self, element, drop):

@@ -53,12 +53,14 @@ def _window_parser(req: Request, plan: _tuning.FileShards):
             names = tf.gather(files, shards)
             last = tf.gather(blocks_of, shards) - 1
             want = tf.where(positions < last, block_rows, tf.gather(rows_of, shards) - block_rows * last)
-            rows, got = parse_blocks(serialized, features, with_block_rows=True, locate=located_in(names, positions))
+            rows, got = parse_blocks(
+                serialized, features, with_block_rows=True, locate=located_in(names, positions), codes=req.text_codes
+            )
             with tf.control_dependencies([check_rows(got, want, names, positions)]):
                 rows = {name: tf.identity(column) for name, column in rows.items()}
         else:
             serialized = blocks
-            rows = parse_blocks(serialized, features)
+            rows = parse_blocks(serialized, features, codes=req.text_codes)
         if req.shuffle:
             rows = permute_rows(rows, None if seed is None else _window_seed(seed, index, serialized))
         # The label is split off per window, not per batch: one map fewer per batch (rebatch
