@@ -388,11 +388,11 @@ def _set_code(values, code):
 _CODE_CORRUPTIONS = {
     "a code past the dictionary": (
         lambda f: _set_code(f["name/codes"].int64_list.value, len(f["name"].bytes_list.value)),
-        r"block feature `name/codes` holds the code (\d+) for a dictionary of \1 values \(`name`\) \(block 1 ",
+        r"block feature `name/codes` holds the code (\d+) for a dictionary of \1 values \(block 1 ",
     ),
     "a negative code": (
         lambda f: _set_code(f["words/codes"].int64_list.value, -1),
-        r"block feature `words/codes` holds the code -1 for a dictionary of \d+ values \(`words`\) \(block 1 ",
+        r"block feature `words/codes` holds the code -1 for a dictionary of \d+ values \(block 1 ",
     ),
     "a code short": (
         lambda f: _drop_last(f["name/codes"].int64_list.value),

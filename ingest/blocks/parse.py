@@ -139,32 +139,76 @@ def _counts_check(features: Sequence[contract.FeatureSpec], lists_of: Mapping, c
     return check_blocks(tf.equal(held, expected), message)
 
 
-def _codes(f: contract.FeatureSpec, parsed: Mapping, every_block: bool, where) -> tf.RaggedTensor:
-    """A bytes column's values as codes: [blocks, None] int64, each value's index into the
-    window's dictionaries (block after block), checked to fall in its block's dictionary.
+def _local_codes(f: contract.FeatureSpec, parsed: Mapping, every_block: bool) -> tf.RaggedTensor:
+    """A bytes column's codes, [blocks, None] int64, each an index into its block's dictionary.
 
     `every_block`: every block carries `F/codes` (format 3). Else a block without them
     holds its values in `F` (written before), as if its codes were 0 ... n-1.
     """
-    dictionaries, codes = parsed[f.name], parsed[f.name + CODES_SUFFIX]
-    sizes = dictionaries.row_lengths()
-    if not every_block:
-        codes = tf.concat([codes, tf.ragged.range(tf.where(codes.row_lengths() > 0, tf.zeros_like(sizes), sizes))], 1)
-    held = codes.row_lengths()
-    size_of = tf.repeat(sizes, held)
-    # One unsigned comparison checks both bounds: a negative code wraps to a huge one.
-    ok = tf.bitcast(codes.values, tf.uint64) < tf.bitcast(size_of, tf.uint64)
-    name = f.name + CODES_SUFFIX
-    check = check_blocks(
-        ok,
-        lambda j: _format(
-            [f"block feature `{name}` holds the code ", codes.values[j], " for a dictionary of ", size_of[j]]
-            + [f" values (`{f.name}`) "]
-            + where(codes.value_rowids()[j], sizes)
-        ),
-    )
-    with tf.control_dependencies([check]):
-        return codes.with_values(codes.values + tf.repeat(dictionaries.row_splits[:-1], held))
+    codes = parsed[f.name + CODES_SUFFIX]
+    if every_block:
+        return codes
+    sizes = parsed[f.name].row_lengths()
+    return tf.concat([codes, tf.ragged.range(tf.where(codes.row_lengths() > 0, tf.zeros_like(sizes), sizes))], 1)
+
+
+def _segment_ids(splits: tf.Tensor, total) -> tf.Tensor:
+    """Row splits [N + 1] of `total` values -> each value's row: a scatter and a cumsum.
+
+    tf.repeat and RaggedTensor.value_rowids take ~20 ops each, and every op of a tf.data
+    function costs time whenever an iterator is made.
+    """
+    inner = splits[1:-1]  # a split at `total` (empty rows at the end) lands past the values
+    marks = tf.scatter_nd(tf.expand_dims(inner, 1), tf.ones_like(inner), tf.reshape(total + 1, [1]))
+    return tf.cumsum(marks[:total])
+
+
+def _global_codes(coded: Sequence[contract.FeatureSpec], parsed: Mapping, local: Mapping, rows_per_block, where):
+    """The bytes columns' codes made indexes into the window's dictionaries (block after
+    block), and one check that every code falls in its own block's dictionary.
+
+    Scalar and fixed-length columns share their values' rows (checked by the counts check
+    this runs after); variable-length ones find theirs.
+    """
+    total_rows = tf.reduce_sum(rows_per_block)
+    row_block = _segment_ids(tf.concat([[0], tf.cumsum(rows_per_block)], 0), total_rows)
+    shared = {}
+    out, oks, blocks_of = {}, [], []
+    for f in coded:
+        codes = local[f.name]
+        if f.is_variable_length:
+            block_of = _segment_ids(codes.row_splits, tf.size(codes.values, out_type=tf.int64))
+        elif f.is_scalar:
+            block_of = row_block
+        else:
+            (k,) = f.shape
+            if k not in shared:
+                shared[k] = tf.reshape(tf.tile(tf.expand_dims(row_block, 1), [1, k]), [-1])
+            block_of = shared[k]
+        dictionaries = parsed[f.name]
+        size_of = tf.gather(dictionaries.row_lengths(), block_of)
+        # One unsigned comparison checks both bounds: a negative code wraps to a huge one.
+        oks.append(tf.bitcast(codes.values, tf.uint64) < tf.bitcast(size_of, tf.uint64))
+        blocks_of.append(block_of)
+        out[f.name] = codes.with_values(codes.values + tf.gather(dictionaries.row_splits, block_of))
+    if not coded:
+        return out, tf.no_op()
+    names = tf.constant([f.name + CODES_SUFFIX for f in coded])
+
+    def message(c):
+        # Built only on failure: the first bad value is in the first column with one.
+        j = tf.argmax(tf.cast(tf.logical_not(tf.concat(oks, 0)), tf.int32), output_type=tf.int64)
+        block = tf.concat(blocks_of, 0)[j]
+        code = tf.concat([local[f.name].values for f in coded], 0)[j]
+        size = tf.concat([parsed[f.name].row_lengths() for f in coded], 0)[
+            c * tf.size(rows_per_block, tf.int64) + block
+        ]
+        return _format(
+            ["block feature `", names[c], "` holds the code ", code, " for a dictionary of ", size, " values "]
+            + where(block, rows_per_block)
+        )
+
+    return out, check_blocks(tf.stack([tf.reduce_all(ok) for ok in oks]), message)
 
 
 def _column(f: contract.FeatureSpec, values: tf.RaggedTensor, parsed: Mapping, total_rows: tf.Tensor, where):
@@ -265,8 +309,12 @@ def parse_blocks(
     block_starts = block_ends - rows_per_block
     total_rows = tf.reduce_sum(rows_per_block)
     where = locate or _where_parsed
-    values_of = {f.name: _codes(f, parsed, codes is True, where) for f in features if _coded(f, codes)}
-    checks = [_counts_check(features, {**parsed, **values_of}, set(values_of), rows_per_block, where)]
+    coded = [f for f in features if _coded(f, codes)]
+    local = {f.name: _local_codes(f, parsed, codes is True) for f in coded}
+    counts = _counts_check(features, {**parsed, **local}, set(local), rows_per_block, where)
+    with tf.control_dependencies([counts]):  # a short list is named as such, not as a bad code
+        values_of, codes_check = _global_codes(coded, parsed, local, rows_per_block, where)
+    checks = [counts, codes_check]
     if row_check is not None:
         checks.append(row_check(rows_per_block))
     with tf.control_dependencies(checks):
