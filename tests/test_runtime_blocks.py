@@ -369,6 +369,19 @@ def test_a_shard_cut_after_the_dataset_was_built_names_the_first_missing_block(b
         _ids(ds)
 
 
+@pytest.mark.parametrize("num_epochs", [1, None])
+def test_a_shard_cut_to_before_every_block_of_a_window_names_the_first(blocks_copy, num_epochs):
+    # No block of the window can be read: the window still reaches the check (it was left
+    # out, the batches falling short silently when endless, else with a count error).
+    path = _shard_path(blocks_copy, index=0)  # the first window's blocks are all in it
+    options = ingest.ReadOptions(block_window=1)
+    ds = ingest.make_dataset(blocks_copy, batch_size=64, shuffle=False, num_epochs=num_epochs, options=options)
+    _rewrite(path, [])
+    with pytest.raises(tf.errors.OpError, match=rf"shard {re.escape(path)} ends before its block 0 \(byte offset 0\)"):
+        for _, batch in zip(range(10_000), ds):
+            pass
+
+
 def test_blocks_holding_other_row_counts_than_the_metadata_are_named(blocks_copy):
     meta = os.path.join(blocks_copy, contract.METADATA_FILENAME)
     info = json.loads(open(meta).read())

@@ -426,9 +426,10 @@ class _SeekableOrder:
         # A block short of its frame (a file cut after indexing) yields nothing: _all_read names it.
         count = tf.size(blocks, out_type=tf.int64)
         serialized = self.reads(blocks).batch(tf.maximum(count, 1))
-        # The head's empty window still passes on, as one empty element.
+        # Every window passes on as one element: the head's empty one, and a window none of
+        # whose blocks could be read (its shards cut to before them), for _all_read to name.
         empty = tf.data.Dataset.from_tensors((tf.zeros([0], tf.int64), tf.zeros([0], tf.string)))
-        serialized = serialized.concatenate(empty.filter(lambda *_: tf.equal(count, 0)))
+        serialized = serialized.concatenate(empty).take(1)
         return serialized.map(lambda positions, s: (seed, key, w, blocks, positions, s, skip, rows, drop))
 
     def rows_of_window(self, seed, key, w, blocks, positions, serialized, skip, rows, drop):
