@@ -80,7 +80,9 @@ def test_pipeline_bound_by_preprocessing_is_named(wide):
 
 def test_pipeline_bound_by_parsing_is_named(wide):
     caps = {s.stage: s.records_per_sec for s in ingest.diagnose(wide, step_time_ms=1000, batch_size=64).stages}
-    assert caps["parse"] * 2 < caps["read"]  # 300 features: parsing is the expensive stage
+    # 300 features: parsing is the expensive stage (its rate ~0.4-0.5 of the read's alone,
+    # up to ~0.55 with the other test worker busy: 2x was a coin toss in CI).
+    assert caps["parse"] * 1.3 < caps["read"]
     demand = (caps["parse"] * caps["read"]) ** 0.5
     assert ingest.diagnose(wide, step_time_ms=64 * 1000 / demand, batch_size=64).bottleneck == "parse"
 
