@@ -78,31 +78,56 @@ def test_pipeline_bound_by_preprocessing_is_named(wide):
     assert d.bottleneck == "preprocess"
 
 
+def _in_one_of_three(attempt) -> None:
+    """Runs `attempt` (which returns (ok, what it saw)) up to three times until ok.
+
+    These tests rank stages by rates timed one after the other; in CI the other test
+    worker's bursts of work have flipped a ranking (three fresh-clone runs, three different
+    tests). A wrong ranking three times running is a bug, not a burst.
+    """
+    seen = []
+    for _ in range(3):
+        ok, saw = attempt()
+        seen.append(saw)
+        if ok:
+            return
+    raise AssertionError(f"three attempts, none as expected: {seen}")
+
+
 def test_pipeline_bound_by_parsing_is_named(wide):
-    caps = {s.stage: s.records_per_sec for s in ingest.diagnose(wide, step_time_ms=1000, batch_size=64).stages}
-    # 300 features: parsing is the expensive stage (its rate ~0.4-0.5 of the read's alone,
-    # up to ~0.55 with the other test worker busy: 2x was a coin toss in CI).
-    assert caps["parse"] * 1.3 < caps["read"]
-    demand = (caps["parse"] * caps["read"]) ** 0.5
-    assert ingest.diagnose(wide, step_time_ms=64 * 1000 / demand, batch_size=64).bottleneck == "parse"
+    def attempt():
+        caps = {s.stage: s.records_per_sec for s in ingest.diagnose(wide, step_time_ms=1000, batch_size=64).stages}
+        # 300 features: parsing is the expensive stage (its rate ~0.4-0.5 of the read's).
+        demand = (caps["parse"] * caps["read"]) ** 0.5
+        named = ingest.diagnose(wide, step_time_ms=64 * 1000 / demand, batch_size=64).bottleneck
+        return caps["parse"] * 1.3 < caps["read"] and named == "parse", (caps, named)
+
+    _in_one_of_three(attempt)
 
 
 def test_pipeline_bound_by_reading_is_named(heavy):
-    caps = {s.stage: s.records_per_sec for s in ingest.diagnose(heavy, step_time_ms=1000, batch_size=16).stages}
-    d = ingest.diagnose(heavy, step_time_ms=16 * 1000 / (3 * caps["read"]), batch_size=16)
-    assert d.bottleneck == "read" and "I/O-bound" in d.advice
-    assert d.cache_keeps_up in (True, False)
+    def attempt():
+        caps = {s.stage: s.records_per_sec for s in ingest.diagnose(heavy, step_time_ms=1000, batch_size=16).stages}
+        d = ingest.diagnose(heavy, step_time_ms=16 * 1000 / (3 * caps["read"]), batch_size=16)
+        assert d.cache_keeps_up in (True, False)
+        return d.bottleneck == "read" and "I/O-bound" in d.advice, (caps, d.bottleneck)
+
+    _in_one_of_three(attempt)
 
 
 def test_blocks_are_measured_in_rows_through_read_parse_and_shuffle(tmp_path):
     rng = np.random.default_rng(2)
     table = pa.table({f"c{i}": rng.integers(0, 100, 20_000) for i in range(20)})
     path = convert_table(tmp_path, table, "--num_shards", "2", "--block_rows", "256")
-    d = ingest.diagnose(path, step_time_ms=10_000, batch_size=64)
-    caps = {s.stage: s.records_per_sec for s in d.stages}
-    assert list(caps) == ["read", "parse", "shuffle", "warm cache"] and d.bottleneck is None
-    # Counted in blocks, the read would be 256x slower than the parse it feeds.
-    assert caps["read"] > caps["parse"]
+
+    def attempt():
+        d = ingest.diagnose(path, step_time_ms=10_000, batch_size=64)
+        caps = {s.stage: s.records_per_sec for s in d.stages}
+        assert list(caps) == ["read", "parse", "shuffle", "warm cache"] and d.bottleneck is None
+        # Counted in blocks, the read would be 256x slower than the parse it feeds.
+        return caps["read"] > caps["parse"], caps
+
+    _in_one_of_three(attempt)
 
 
 def test_ample_headroom_is_not_input_bound(wide):
