@@ -163,15 +163,17 @@ def _segment_ids(splits: tf.Tensor, total) -> tf.Tensor:
     return tf.cumsum(marks[:total])
 
 
-def _global_codes(coded: Sequence[contract.FeatureSpec], parsed: Mapping, local: Mapping, rows_per_block, where):
+def _global_codes(coded: Sequence[contract.FeatureSpec], parsed, local, rows_per_block, block_ends, total_rows, where):
     """The bytes columns' codes made indexes into the window's dictionaries (block after
     block), and one check that every code falls in its own block's dictionary.
 
     Scalar and fixed-length columns share their values' rows (checked by the counts check
-    this runs after); variable-length ones find theirs.
+    this runs after); variable-length ones find theirs. `block_ends` (each block's end, in
+    rows) and `total_rows` are parse_blocks'.
     """
-    total_rows = tf.reduce_sum(rows_per_block)
-    row_block = _segment_ids(tf.concat([[0], tf.cumsum(rows_per_block)], 0), total_rows)
+    if not coded:
+        return {}, tf.no_op()
+    row_block = _segment_ids(tf.concat([[0], block_ends], 0), total_rows)
     shared = {}
     out, oks, blocks_of = {}, [], []
     for f in coded:
@@ -191,8 +193,6 @@ def _global_codes(coded: Sequence[contract.FeatureSpec], parsed: Mapping, local:
         oks.append(tf.bitcast(codes.values, tf.uint64) < tf.bitcast(size_of, tf.uint64))
         blocks_of.append(block_of)
         out[f.name] = codes.with_values(codes.values + tf.gather(dictionaries.row_splits, block_of))
-    if not coded:
-        return out, tf.no_op()
     names = tf.constant([f.name + CODES_SUFFIX for f in coded])
 
     def message(c):
@@ -313,7 +313,7 @@ def parse_blocks(
     local = {f.name: _local_codes(f, parsed, codes is True) for f in coded}
     counts = _counts_check(features, {**parsed, **local}, set(local), rows_per_block, where)
     with tf.control_dependencies([counts]):  # a short list is named as such, not as a bad code
-        values_of, codes_check = _global_codes(coded, parsed, local, rows_per_block, where)
+        values_of, codes_check = _global_codes(coded, parsed, local, rows_per_block, block_ends, total_rows, where)
     checks = [counts, codes_check]
     if row_check is not None:
         checks.append(row_check(rows_per_block))
