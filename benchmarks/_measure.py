@@ -144,6 +144,13 @@ def run_child(module: str, *args) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def write_json(out_dir: str, filename: str, results, *, indent: int = 2) -> None:
+    """A benchmark's results as `out_dir/filename`, the directory made if need be."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, filename), "w") as f:
+        json.dump(results, f, indent=indent)
+
+
 def table(rows: list, columns: list) -> str:
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
     for r in rows:

@@ -17,7 +17,6 @@ training loop: iterator start-up and the first windows left out).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -151,9 +150,7 @@ def main(argv=None) -> None:
         seek, stream = r["seekable order (default)"], r["streaming order"]
         print(f"| streaming | {label} | {stream:,.0f} | 1.00 |")
         print(f"| seekable (default) | {label} | {seek:,.0f} | {seek / stream:.2f} |")
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "checkpoints.json"), "w") as f:
-        json.dump({"costs": costs, "throughput": rates}, f, indent=1)
+    _measure.write_json(args.out, "checkpoints.json", {"costs": costs, "throughput": rates}, indent=1)
 
 
 if __name__ == "__main__":

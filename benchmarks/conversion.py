@@ -254,9 +254,7 @@ def main(argv=None) -> int:
     print(_measure.table(results["rss"], ["rows", "peak_rss_mb"]))
     ratio = results["rss"][-1]["peak_rss_mb"] / results["rss"][0]["peak_rss_mb"]
     print(f"\nRSS ratio {sizes[-1]} vs {sizes[0]} rows: {ratio:.2f}")
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "conversion.json"), "w") as f:
-        json.dump(results, f, indent=2)
+    _measure.write_json(args.out, "conversion.json", results)
     return 0
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import glob
 import itertools
-import json
 import os
 import shutil
 import statistics
@@ -177,9 +176,9 @@ def main(argv=None) -> int:
     print("\nConversion, originals kept (images/s): " + ", ".join(f"{k}: {v:,.0f}" for k, v in conversions.items()))
     print("\nConversion with --max_side 512 --reencode jpeg --quality 90\n")
     print(_measure.table(sized, ["corpus", "images", "input_mb", "output_mb", "size_ratio", "images_per_sec"]))
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "images.json"), "w") as f:
-        json.dump({"input": rows, "conversion_images_per_sec": conversions, "resized": sized}, f, indent=2)
+    _measure.write_json(
+        args.out, "images.json", {"input": rows, "conversion_images_per_sec": conversions, "resized": sized}
+    )
     return 0
 
 

@@ -13,7 +13,6 @@ hand-written pipeline run beside it, with the same step.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 
@@ -113,16 +112,15 @@ def main(argv=None) -> int:
     ]
     plot = os.path.join(args.out, "idle.png")
     _plot(reports, plot, step_ms)
-    with open(os.path.join(args.out, "report.json"), "w") as f:
-        json.dump(
-            {
-                "step_time_ms": step_ms,
-                "per_batch_ms": per_batch_ms,
-                "pipelines": {k: r.summary() for k, r in reports.items()},
-            },
-            f,
-            indent=2,
-        )
+    _measure.write_json(
+        args.out,
+        "report.json",
+        {
+            "step_time_ms": step_ms,
+            "per_batch_ms": per_batch_ms,
+            "pipelines": {k: r.summary() for k, r in reports.items()},
+        },
+    )
 
     sizes = {layout: i.split("train").bytes / 2**20 for layout, i in infos.items()}
     print(

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 
@@ -154,9 +153,7 @@ def main(argv=None) -> int:
     sizes = bytes_on_disk({k: v for k, v in paths.items() if k != "parquet"})
     print("\nBytes on disk, train split\n")
     print(_measure.table(sizes, ["layout", "train_bytes", "vs_rows"]))
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "runtime.json"), "w") as f:
-        json.dump({"throughput": results, "bytes": sizes}, f, indent=2)
+    _measure.write_json(args.out, "runtime.json", {"throughput": results, "bytes": sizes})
     return 0
 
 

@@ -16,8 +16,6 @@ runs.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import sys
 
@@ -90,9 +88,7 @@ def main(argv=None) -> int:
     )
     columns = ["batch_size", "producer_ms", "step_ms", "steps", "idle_pct", "idle_pct_runs", "wait_p99_ms"]
     print(_measure.table(rows, columns + ["wait_max_ms", "idle_pct_5ms_calls"]))
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "smooth.json"), "w") as f:
-        json.dump(rows, f, indent=2)
+    _measure.write_json(args.out, "smooth.json", rows)
     return 0
 
 

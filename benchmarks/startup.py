@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -111,9 +110,7 @@ def main(argv=None) -> int:
         f"median of {args.runs}\n"
     )
     print(_measure.table(rows, ["pipeline", "fresh_process_s", "vs_hand_tuned", "new_iterator_s"]))
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "startup.json"), "w") as f:
-        json.dump({"rows": rows, "fresh_runs": fresh}, f, indent=2)
+    _measure.write_json(args.out, "startup.json", {"rows": rows, "fresh_runs": fresh})
     return 0
 
 

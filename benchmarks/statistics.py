@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
@@ -199,9 +198,7 @@ def main(argv=None) -> int:
     runs = results["feature_space"][0]["runs"]
     print(f"\nA ready FeatureSpace for the corpus' 20 features from 500k rows (median of {runs})\n")
     print(_measure.table(results["feature_space"], ["how", "seconds", "speedup", "runs"]))
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "statistics.json"), "w") as f:
-        json.dump(results, f, indent=2)
+    _measure.write_json(args.out, "statistics.json", results)
     return 0
 
 

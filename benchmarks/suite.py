@@ -24,7 +24,6 @@ DIR/layouts_sweep.png and prints a markdown table.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 
 from benchmarks import _measure, _plots, corpus
@@ -117,9 +116,7 @@ def run(out: str, *, quick: bool, workdir: str) -> list:
     results += _layouts(workdir, data.records, steps)
     results += _images(workdir, quick=quick)
 
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "results.json"), "w") as f:
-        json.dump(results, f, indent=2)
+    _measure.write_json(out, "results.json", results)
     _draw(results, timelines, out, step_ms)
     return results
 
