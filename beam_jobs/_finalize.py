@@ -72,7 +72,7 @@ def _check_quality(cfg: JobConfig, stats: ConversionStats, quarantine: list) -> 
 
 
 def finalize_dataset(
-    _, cfg: JobConfig, shards: list, stats: ConversionStats, quarantine: list, type_counts=None
+    _, cfg: JobConfig, shards: list, stats: ConversionStats, quarantine: list, type_counts=None, *, vocabularies=None
 ) -> str:
     """Commits the dataset; safe to run again after a failure at any point (runners retry).
 
@@ -94,7 +94,7 @@ def finalize_dataset(
     if FileSystems.exists(plan_path):
         plan = json.loads(output_dir.read_text(plan_path))
     else:
-        plan = _commit_plan(cfg, shards, stats, quarantine, type_counts)
+        plan = _commit_plan(cfg, shards, stats, quarantine, type_counts, vocabularies or {})
         output_dir.write_text(plan_path, json.dumps(plan))
     _move_into_place(cfg, plan["moves"])
     if not (FileSystems.exists(metadata_path) and output_dir.read_text(metadata_path) == plan["metadata"]):
@@ -111,7 +111,9 @@ def finalize_dataset(
     return plan["metadata"]
 
 
-def _commit_plan(cfg: JobConfig, shards: list, stats: ConversionStats, quarantine: list, type_counts) -> dict:
+def _commit_plan(
+    cfg: JobConfig, shards: list, stats: ConversionStats, quarantine: list, type_counts, vocabularies: dict
+) -> dict:
     _check_quality(cfg, stats, quarantine)
     decided = cfg.decide(type_counts)
     features = build_features(cfg, stats, decided)
@@ -150,6 +152,8 @@ def _commit_plan(cfg: JobConfig, shards: list, stats: ConversionStats, quarantin
         rel = fresh(f"{contract.QUARANTINE_DIRNAME}/part-{i:05d}-of-{len(quarantine):05d}.jsonl")
         moves.append((q["path"], rel))
         quarantine_files.append({"path": rel, "records": q["records"]})
+    files, vocabulary_warnings = _vocabulary_files(cfg, features, vocabularies, fresh)
+    moves += [(path, entry["file"]) for path, entry in files.values()]
     statistics = Statistics.from_json(stats.statistics_json(cfg.split_names)) if cfg.statistics else None
     schema = cfg.source.schema
     if schema is None:
@@ -181,12 +185,34 @@ def _commit_plan(cfg: JobConfig, shards: list, stats: ConversionStats, quarantin
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         labels=cfg.source.vocabulary or classes,
         image=cfg.source.metadata(stats.counters),
-        warnings=tuple(f"split {name!r} received no records" for name in empty) + label_warnings,
+        warnings=tuple(f"split {name!r} received no records" for name in empty) + label_warnings + vocabulary_warnings,
         layout=cfg.layout,
         block_rows=cfg.block_rows,
         statistics=statistics,
+        vocabularies={name: entry for name, (_, entry) in files.items()},
     )
     return {"moves": moves, "metadata": info.to_json(), "old_files": sorted(old), "empty_splits": empty}
+
+
+def _vocabulary_files(cfg: JobConfig, features: tuple, vocabularies: dict, fresh) -> tuple:
+    """Writes each vocabulary to the temp dir as a JSON list: ({feature: (temp path, its
+    metadata entry)}, the warnings of features without one or with values left out)."""
+    files, warnings = {}, []
+    for position, f in enumerate(features):
+        v = vocabularies.get(f.name)
+        if v is None:
+            continue
+        if v["note"]:
+            unused = "" if v["values"] is not None else "; it has no vocabulary: make_dataset(text='ids') refuses it"
+            warnings.append(f"text feature {f.name!r}: {v['note']}{unused}")
+        if v["values"] is None:
+            continue
+        values = [b.decode("utf-8", "surrogateescape") for b in v["values"].to_pylist()]
+        rel = fresh(contract.vocabulary_filename(position))
+        path = _join(cfg.tmp_dir, rel)
+        output_dir.write_text(path, json.dumps(values))  # ASCII: bytes that are not UTF-8 survive as \udcXX
+        files[f.name] = (path, {"file": rel, "size": len(values)})
+    return files, tuple(warnings)
 
 
 def _label_classes(label: str | None, features: tuple, statistics: Statistics | None) -> tuple:
@@ -225,8 +251,8 @@ def _move_into_place(cfg: JobConfig, moves: list) -> None:
             raise ConversionError(
                 f"{src} vanished before it was moved to {dst}; no dataset was written. Rerun the conversion"
             )
-    if any(rel.startswith(contract.QUARANTINE_DIRNAME + "/") for _, rel in moves):
-        _mkdirs(_join(cfg.output, contract.QUARANTINE_DIRNAME))
+    for folder in {rel.rsplit("/", 1)[0] for _, rel in moves if "/" in rel}:
+        _mkdirs(_join(cfg.output, folder))
     if sources:
         FileSystems.rename(sources, destinations)
 

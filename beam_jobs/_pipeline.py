@@ -30,6 +30,7 @@ import uuid
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
@@ -49,6 +50,7 @@ from beam_jobs.output import directory as output_dir
 from beam_jobs.output import fragments as fragment_files
 from beam_jobs.output.commit_blocks import run_bytes, write_block_index, write_block_shard
 from beam_jobs.stats import features as feature_stats
+from beam_jobs.stats import vocabulary
 from beam_jobs.stats.conversion import ConversionStats
 from ingest import contract
 
@@ -80,7 +82,7 @@ def _in_global_window(value):
 class _ConvertFiles(beam.DoFn):
     """Reads work items and scatters encoded records into fragment files per shard."""
 
-    FRAGMENTS, QUARANTINE, STATS = "fragments", "quarantine", "stats"
+    FRAGMENTS, QUARANTINE, STATS, VOCABULARY = "fragments", "quarantine", "stats", "vocabulary"
 
     def __init__(self, cfg: JobConfig):
         self._cfg = cfg
@@ -93,6 +95,7 @@ class _ConvertFiles(beam.DoFn):
         self._fragments = fragment_files.FragmentWriter(self._cfg.tmp_dir, self._bundle)
         self._stats = ConversionStats()
         self._statistics = OneAhead("ingest-statistics")
+        self._counts = vocabulary.Counts(contract.VOCABULARY_LIMIT)
         self._quarantine = None
         self._quarantine_count = 0
         self._last_log = time.monotonic()
@@ -108,6 +111,7 @@ class _ConvertFiles(beam.DoFn):
         part = byte_range.index if byte_range is not None else 0
         decided = cfg.decide(type_counts)
         self._kinds = _kinds(decided)
+        self._vocabulary_names = _vocabulary_features(cfg, decided)
         routing = _chunk.Routing(cfg.splits, decided.num_shards, cfg.shuffle, cfg.seed)
         position: dict = {}  # split -> records of this file part so far
         path, chunks = cfg.source.read(item)
@@ -131,6 +135,8 @@ class _ConvertFiles(beam.DoFn):
         if not good:
             return
         self._stats.add_features(done.cols, good)
+        if self._vocabulary_names:
+            self._counts.add(vocabulary.count_chunk(done.cols, self._vocabulary_names))
         file_index, part, chunk_index = where
         # The split comes from a hash of the row record's bytes (the same split in both
         # layouts) or of the --split_key value. Blocks encode row records only for that
@@ -208,6 +214,8 @@ class _ConvertFiles(beam.DoFn):
                 self.QUARANTINE, _in_global_window({"path": self._quarantine_path, "records": self._quarantine_count})
             )
         yield beam.pvalue.TaggedOutput(self.STATS, _in_global_window(self._stats.pack()))
+        if self._counts.tables:
+            yield beam.pvalue.TaggedOutput(self.VOCABULARY, _in_global_window(self._counts))
 
 
 # --- commit ------------------------------------------------------------------------
@@ -216,6 +224,29 @@ class _ConvertFiles(beam.DoFn):
 def _statistics_in_commit(cfg: JobConfig) -> bool:
     """Whether the commit gathers the statistics (blocks layout, `Source.statistics_while_reading`)."""
     return cfg.statistics and cfg.layout == "blocks" and not cfg.source.statistics_while_reading
+
+
+def _vocabulary_features(cfg: JobConfig, decided) -> frozenset:
+    """The features that get a vocabulary: text ones, but the label (its classes are its ids)."""
+    return frozenset(
+        name
+        for name, (dtype, _) in decided.types.items()
+        if dtype == "bytes" and name not in decided.binary and name != cfg.label
+    )
+
+
+def _vocabularies(counts: vocabulary.Counts, cfg: JobConfig) -> dict:
+    """{feature: {"values": its vocabulary (large_binary), "note": why values were left out}}."""
+    carried = cfg.source.schema.vocabularies if cfg.source.schema is not None else {}
+    out = {}
+    for name in sorted(set(counts.tables) | set(carried)):
+        values, note = vocabulary.ranked(counts.tables.get(name), contract.VOCABULARY_LIMIT, carried.get(name, ()))
+        if values or not note:
+            arrow = pa.array([v.encode("utf-8", "surrogateescape") for v in values], pa.large_binary())
+            out[name] = {"values": arrow, "note": note}
+        else:
+            out[name] = {"values": None, "note": note}
+    return out
 
 
 def _kinds(decided) -> dict:
@@ -241,11 +272,11 @@ class _CommitShard(beam.DoFn):
     def __init__(self, cfg: JobConfig, budget: commit_rows.Budget = commit_rows.Budget()):
         self._cfg, self._budget = cfg, budget
 
-    def process(self, element, type_counts=None):
+    def process(self, element, vocabularies, type_counts=None):
         with full_disk_named(self._cfg.tmp_dir):
-            yield from self._commit(element, type_counts)
+            yield from self._commit(element, vocabularies, type_counts)
 
-    def _commit(self, element, type_counts):
+    def _commit(self, element, vocabularies, type_counts):
         (split, shard), fragments = element
         cfg = self._cfg
         ext = ".tfrecord.gz" if cfg.compression == "gzip" else ".tfrecord"
@@ -267,6 +298,7 @@ class _CommitShard(beam.DoFn):
                         budget=self._budget,
                         on_rows=gather,
                         defaults=cfg.defaults,
+                        vocabularies={k: v["values"] for k, v in vocabularies.items() if v["values"] is not None},
                     )
                 frames = len(lengths)
                 if stats is not None:
@@ -305,9 +337,12 @@ class _CommitShard(beam.DoFn):
         return gather
 
 
-def _finalize(trigger, cfg: JobConfig, shards: list, stats: bytes, quarantine: list, *type_counts) -> str:
+def _finalize(
+    trigger, cfg: JobConfig, shards: list, stats: bytes, quarantine: list, vocabularies: dict, *type_counts
+) -> str:
     with full_disk_named(cfg.output):
-        return finalize_dataset(trigger, cfg, shards, ConversionStats.unpack(stats), quarantine, *type_counts)
+        stats = ConversionStats.unpack(stats)
+        return finalize_dataset(trigger, cfg, shards, stats, quarantine, *type_counts, vocabularies=vocabularies)
 
 
 def _total_of(merged, merge) -> beam.pvalue.AsSingleton:
@@ -338,9 +373,17 @@ class ConvertToTFRecords(beam.PTransform):
             )
             side = [_total_of(type_counts, cfg.source.merge_type_counts)]
         converted = files | "ConvertFiles" >> beam.ParDo(_ConvertFiles(cfg), *side).with_outputs(
-            _ConvertFiles.FRAGMENTS, _ConvertFiles.QUARANTINE, _ConvertFiles.STATS
+            _ConvertFiles.FRAGMENTS, _ConvertFiles.QUARANTINE, _ConvertFiles.STATS, _ConvertFiles.VOCABULARY
         )
-        # Fragment | {"path", "records"} of a quarantine file | a bundle's ConversionStats, packed
+        # Fragment | {"path", "records"} of a quarantine file | a bundle's ConversionStats, packed |
+        # a bundle's text value counts (vocabulary.Counts)
+        vocabularies = beam.pvalue.AsSingleton(
+            converted[_ConvertFiles.VOCABULARY]
+            | "MergeValueCounts" >> beam.CombineGlobally(vocabulary.Counts.merge_all).without_defaults()
+            | "RankVocabularies" >> beam.Map(_vocabularies, cfg),
+            # {feature: {"values", "note"}}: the blocks' ids (CommitShards) and the vocabulary files (Finalize)
+            default_value=_vocabularies(vocabulary.Counts(contract.VOCABULARY_LIMIT), cfg),
+        )
         shards = (
             converted[_ConvertFiles.FRAGMENTS]
             # Fragment
@@ -348,7 +391,8 @@ class ConvertToTFRecords(beam.PTransform):
             # ((split, shard), Fragment)
             | "GroupFragments" >> beam.GroupByKey()
             # ((split, shard), [Fragment])
-            | "CommitShards" >> beam.ParDo(_CommitShard(cfg), *side).with_outputs(_CommitShard.STATS, main="shards")
+            | "CommitShards"
+            >> beam.ParDo(_CommitShard(cfg), vocabularies, *side).with_outputs(_CommitShard.STATS, main="shards")
         )
         # shards: {"split", "shard", "path", "records", "bytes", "blocks", "index"} of a shard in the temp dir;
         # STATS: a blocks shard's statistics, packed
@@ -366,6 +410,7 @@ class ConvertToTFRecords(beam.PTransform):
             beam.pvalue.AsList(shards.shards),
             _total_of(stats, ConversionStats.merge_packed),
             beam.pvalue.AsList(converted[_ConvertFiles.QUARANTINE]),
+            vocabularies,
         ]
         if type_counts is not None:
             finalize_side.append(_total_of(type_counts, cfg.source.merge_type_counts))

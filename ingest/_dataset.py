@@ -68,6 +68,7 @@ def make_dataset(
     channels: int | None = None,
     image_dtype: str | None = None,
     normalize="default",
+    text: str = "strings",
 ) -> tf.data.Dataset:
     """Builds a tuned `tf.data.Dataset` of batches from a converted dataset.
 
@@ -92,6 +93,13 @@ def make_dataset(
             that `sparse_categorical_crossentropy` takes; False yields the text.
         pad_lengths: {feature: length} for variable-length features to pad (or truncate)
             into dense tensors; the others come as `tf.RaggedTensor`.
+        text: "strings" (the default) yields text features as `tf.string`; "ids" yields
+            each as int64 ids of the vocabulary the conversion recorded
+            (`load_info(path).vocabulary(name)`: value `vocabulary[i - 1]` has id `i`, 0 is
+            out of vocabulary, as Keras `StringLookup` numbers them), which an `Embedding`
+            takes as they come. No string is made: the blocks store each value's id, and
+            over spans converted with `--schema_from` a value's id never changes. A text
+            label with classes still arrives as its class id (`label_ids`).
         static_shapes: every tensor gets a fully known shape: variable-length features
             are padded to `pad_lengths` or their recorded maximum. Needs
             `drop_remainder=True`.
@@ -199,6 +207,7 @@ def make_dataset(
         cache=cache,
         skip_corrupt=skip_corrupt,
         start_batch=start_batch,
+        text=text,
         image=_request.image_options(
             image,
             image_size=image_size,

@@ -30,7 +30,7 @@ def _keras():
     return keras
 
 
-def default_features(info: contract.DatasetInfo, stats, *, hashing_dim: int = 32) -> dict:
+def default_features(info: contract.DatasetInfo, stats, *, hashing_dim: int = 32, ids: frozenset = frozenset()) -> dict:
     """Specs from the schema and statistics: numbers normalized, few-valued text and
     ints one-hot, other text hashed into `hashing_dim` bins. The label, list and binary
     features are left out (FeatureSpace takes scalars)."""
@@ -42,6 +42,9 @@ def default_features(info: contract.DatasetInfo, stats, *, hashing_dim: int = 32
             continue
         vocabulary = s.vocabulary
         few = vocabulary is not None and len(vocabulary) <= ONE_HOT_MAX
+        if f.name in ids and not few:  # text read as its vocabulary's ids (text="ids"): hashed, as its strings
+            specs[f.name] = fs.integer_hashed(hashing_dim)
+            continue
         if f.dtype != "bytes" and not few and s.mean is None:
             logger.warning("feature %r is left out of the FeatureSpace: it has no finite values to normalize", f.name)
             continue
@@ -56,7 +59,15 @@ def default_features(info: contract.DatasetInfo, stats, *, hashing_dim: int = 32
     return specs
 
 
-def feature_space(path: str, *, features=None, output_mode: str = "concat", split: str | None = "train", **kwargs):
+def feature_space(
+    path: str,
+    *,
+    features=None,
+    output_mode: str = "concat",
+    split: str | None = "train",
+    text: str = "strings",
+    **kwargs,
+):
     """Returns a `keras.utils.FeatureSpace` adapted from the dataset's statistics.
 
     Args:
@@ -68,6 +79,10 @@ def feature_space(path: str, *, features=None, output_mode: str = "concat", spli
       output_mode: "concat" or "dict", as FeatureSpace.
       split: whose statistics to use (the training split, so evaluation data does not
         leak into preprocessing); None for all splits together.
+      text: how the dataset it preprocesses yields text features, as `make_dataset`'s
+        `text`: "strings", or "ids" (then each text feature is an int64 feature of its
+        vocabulary's ids: few-valued ones one-hot by `integer_categorical`, the others
+        hashed by `integer_hashed`).
       **kwargs: passed to FeatureSpace (crosses, crossing_dim, hashing_dim, ...).
     """
     info = _info.load_info(path)
@@ -79,9 +94,14 @@ def feature_space(path: str, *, features=None, output_mode: str = "concat", spli
     if split is not None and split not in info.statistics.splits:
         raise ValueError(f"{path} has no statistics for split {split!r}; splits: {sorted(info.statistics.splits)}")
     stats = info.statistics.of(split)
+    if text not in ("strings", "ids"):
+        raise ValueError(f"text must be 'strings' or 'ids', as make_dataset takes it, got {text!r}")
+    ids = frozenset()
+    if text == "ids":
+        info, stats, ids = _as_ids(info, stats)
     keras = _keras()
     if features is None:
-        features = default_features(info, stats, hashing_dim=kwargs.get("hashing_dim", 32))
+        features = default_features(info, stats, hashing_dim=kwargs.get("hashing_dim", 32), ids=ids)
     space = keras.utils.FeatureSpace(features=features, output_mode=output_mode, **kwargs)
     for name in space._list_adaptable_preprocessors():
         if name not in stats:
@@ -94,6 +114,26 @@ def feature_space(path: str, *, features=None, output_mode: str = "concat", spli
     space.built = True
     space._sublayers_built = True
     return space
+
+
+def _as_ids(info: contract.DatasetInfo, stats: dict) -> tuple:
+    """The schema and statistics of the text features as make_dataset(text="ids") yields them:
+    int64 ids of their vocabulary (a recorded value v has id vocabulary.index(v) + 1), and
+    the names of those features."""
+    features, out, ids = [], dict(stats), set()
+    for f in info.features:
+        if f.dtype != "bytes" or not f.text or f.name not in info.vocabularies or f.name == info.label:
+            features.append(f)
+            continue
+        id_of = {v: i + 1 for i, v in enumerate(info.vocabulary(f.name))}
+        default = id_of.get(f.default, 0)
+        features.append(dataclasses.replace(f, dtype="int64", text=False, default=default))
+        ids.add(f.name)
+        s = stats.get(f.name)
+        if s is not None:
+            top = tuple(ValueCount(id_of.get(t.value, 0), t.count) for t in s.top)
+            out[f.name] = dataclasses.replace(s, top=top)
+    return dataclasses.replace(info, features=tuple(features), vocabularies={}), out, frozenset(ids)
 
 
 def _check_kind(name: str, layer, spec: contract.FeatureSpec) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import tensorflow as tf
 
 from ingest import _spans, contract
 
-__all__ = ["load_info", "load_spans", "DatasetNotFoundError", "DatasetInfoError"]
+__all__ = ["load_info", "load_spans", "read_vocabulary", "DatasetNotFoundError", "DatasetInfoError"]
 
 _HOW_TO_CREATE = "create one with: python -m beam_jobs.convert --source csv --input 'data/*.csv' --output DIR"
 
@@ -32,7 +34,29 @@ def load_info(path) -> contract.DatasetInfo:
 def load_spans(path) -> _spans.Spans:
     """The datasets `path` names (one, a list, or a glob), their metadata, and one view of them."""
     paths = _spans.resolve(path)
-    return _spans.merged(paths, tuple(_load_one(p) for p in paths))
+    view = _spans.merged(paths, tuple(_load_one(p) for p in paths))
+    # DatasetInfo.vocabulary reads its files under the view's root.
+    object.__setattr__(view.info, "_read_vocabulary", lambda name: read_vocabulary(view.root, view.info, name))
+    return view
+
+
+def read_vocabulary(path: str, info: contract.DatasetInfo, name: str) -> tuple:
+    """The vocabulary of text feature `name` of the dataset at `path` (its metadata `info`)."""
+    file = f"{str(path).rstrip('/')}/{info.vocabularies[name]['file']}"
+    try:
+        with tf.io.gfile.GFile(file, "rb") as f:
+            values = json.loads(f.read().decode("utf-8"))
+    except (tf.errors.OpError, ValueError) as e:
+        raise DatasetInfoError(
+            f"{file}, the vocabulary of feature {name!r}, cannot be read ({e}): copy it along with the dataset, "
+            "or reconvert the dataset"
+        ) from e
+    if not isinstance(values, list) or len(values) != info.vocabularies[name]["size"]:
+        raise DatasetInfoError(
+            f"{file}, the vocabulary of feature {name!r}, does not hold the {info.vocabularies[name]['size']} values "
+            f"{contract.METADATA_FILENAME} says: restore it, or reconvert the dataset"
+        )
+    return tuple(values)
 
 
 def _load_one(path: str) -> contract.DatasetInfo:

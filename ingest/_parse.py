@@ -43,7 +43,8 @@ def padder(req: Request):
     for f in selected_features(req):
         if f.is_variable_length and (f.name in req.pad_lengths or req.static_shapes):
             length = req.pad_lengths.get(f.name, f.max_length)
-            pad[f.name] = (int(length), f.default.encode() if f.dtype == "bytes" else f.default)
+            default = 0 if f.name in req.text_ids else f.default.encode() if f.dtype == "bytes" else f.default
+            pad[f.name] = (int(length), default)
 
     def padded(parsed):
         for name, (length, default) in pad.items():

@@ -57,6 +57,8 @@ class Request:
     # Whether the blocks' bytes columns carry dictionary codes: True (format 3), False
     # (before), None (spans of both: each block says).
     text_codes: bool | None = None
+    # The text features yielded as int64 ids of their vocabulary (`text="ids"`), not strings.
+    text_ids: frozenset = frozenset()
 
     @property
     def checks_counts(self) -> bool:
@@ -120,6 +122,7 @@ def build(
     service: str | None = None,
     processing_mode: str = "distributed_epoch",
     start_batch=None,
+    text: str = "strings",
 ) -> Request:
     """Checks one call's arguments against each other and the dataset's metadata.
 
@@ -192,7 +195,58 @@ def build(
         processing_mode=processing_mode,
         start_batch=start_batch,
         text_codes=text_codes(view.infos),
+        text_ids=_text_ids(view, selected, label if label_classes else None, text, path),
     )
+
+
+TEXT_MODES = ("strings", "ids")
+
+
+def _text_ids(view, selected, label_with_classes, text: str, path) -> frozenset:
+    """The text features `text="ids"` yields as ids: every selected bytes feature that holds
+    text (a label with classes is yielded as its class id already), each with a vocabulary
+    in every dataset read, the same ids in all of them (a later span's vocabulary extends
+    an earlier one's: --schema_from)."""
+    if text not in TEXT_MODES:
+        raise ValueError(f"text must be one of {TEXT_MODES}, got {text!r}")
+    if text == "strings":
+        return frozenset()
+    names = [n for n in selected if n != label_with_classes]
+    wanted = [f for f in view.info.features if f.name in names and f.dtype == "bytes" and f.text]
+    if wanted and view.info.layout != "blocks":
+        raise ValueError(
+            f"text='ids' reads ids the blocks layout stores; {path} has layout {view.info.layout!r}: reconvert it "
+            "with --layout blocks (the default), or read text='strings'"
+        )
+    for f in wanted:
+        for span, info in zip(view.paths, view.infos):
+            if f.name not in info.vocabularies:
+                why = next((w for w in info.warnings if w.startswith(f"text feature {f.name!r}")), None)
+                why = why or f"it was converted with format_version {info.format_version}, before vocabularies (4)"
+                raise ValueError(
+                    f"text='ids': {span} records no vocabulary for feature {f.name!r} ({why}). Read it as strings "
+                    f"(text='strings', or leave it out with features=[...]) and hash it, or reconvert {span}"
+                )
+        _check_vocabularies_agree(view, f.name)
+    return frozenset(f.name for f in wanted)
+
+
+def _check_vocabularies_agree(view, name: str) -> None:
+    """Each dataset's vocabulary of `name` must begin the longest one: its ids mean the same values."""
+    if len(view.paths) == 1:
+        return
+    from ingest import _info  # a cycle at import: _info imports nothing of this module's users
+
+    sizes = [info.vocabularies[name]["size"] for info in view.infos]
+    longest = _info.read_vocabulary(view.paths[sizes.index(max(sizes))], view.infos[sizes.index(max(sizes))], name)
+    for span, info in zip(view.paths, view.infos):
+        mine = _info.read_vocabulary(span, info, name)
+        if tuple(longest[: len(mine)]) != tuple(mine):
+            raise ValueError(
+                f"text='ids': the vocabulary of feature {name!r} in {span} is not the start of the others' "
+                "(its spans were converted apart, not each with --schema_from the one before): the same id "
+                "would mean other values. Reconvert the spans with --schema_from, or read text='strings'"
+            )
 
 
 def text_codes(infos) -> bool | None:

@@ -182,8 +182,19 @@ def merged(paths: tuple, infos: tuple) -> Spans:
         statistics=None if any(s is None for s in stats) else statistics.merge(stats),
         # A text label's class ids mean the same in every span only if their classes agree.
         labels=first.labels if all(i.labels == first.labels for i in infos) else (),
+        vocabularies=_longest_vocabularies(relative, infos),
     )
     return Spans(root, paths, infos, info)
+
+
+def _longest_vocabularies(relative: tuple, infos: tuple) -> dict:
+    """Each feature every span has a vocabulary of: the longest (the latest span's, carried
+    and extended by --schema_from), named from the common root."""
+    out = {}
+    for name in set.intersection(*(set(i.vocabularies) for i in infos)):
+        size, rel, entry = max((i.vocabularies[name]["size"], r, i.vocabularies[name]) for r, i in zip(relative, infos))
+        out[name] = {**entry, "file": f"{rel}/{entry['file']}" if rel else entry["file"]}
+    return out
 
 
 def _extreme(pick, values):

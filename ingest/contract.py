@@ -43,14 +43,18 @@ __all__ = [
     "MISSING_SUFFIX",
     "CODES_SUFFIX",
     "CODES_SINCE",
+    "IDS_SUFFIX",
+    "VOCABULARY_LIMIT",
+    "vocabulary_filename",
     "block_feature_names",
 ]
 
-# 3 dictionary-encodes the block layout's bytes columns (`F/codes`); 2 added the block
-# layout (`layout`, `block_rows`, each shard's `blocks`); 1 is the rows layout. This
-# version reads all three as they are.
-FORMAT_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+# 4 records a vocabulary of each text feature (`vocabularies`, their files) and, in the
+# block layout, each block dictionary's ids in it (`F/ids`); 3 dictionary-encodes the
+# block layout's bytes columns (`F/codes`); 2 added the block layout (`layout`,
+# `block_rows`, each shard's `blocks`); 1 is the rows layout. This version reads all four.
+FORMAT_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 CODES_SINCE = 3  # the first format whose blocks carry `F/codes`
 LAYOUTS = ("rows", "blocks")
 METADATA_FILENAME = "dataset_info.json"
@@ -65,11 +69,22 @@ BLOCK_ROWS_FEATURE = "__rows__"
 ROW_LENGTHS_SUFFIX = "/row_lengths"
 MISSING_SUFFIX = "/missing"
 CODES_SUFFIX = "/codes"
+IDS_SUFFIX = "/ids"  # a block dictionary's ids in the feature's vocabulary (0: not in it)
+# The most values a text feature's vocabulary holds; a feature with more distinct values
+# gets none (its ids would need more memory than an Embedding table of that size is worth:
+# hash such features instead). 2**20 ids of a 64-dim float32 embedding take 256 MB.
+VOCABULARY_LIMIT = 1 << 20
+_VOCABULARIES_DIR = "vocabularies"
 
 
 def block_feature_names(name: str) -> tuple:
     """The block layout's names derived from a column's, which no column may take."""
-    return (name + ROW_LENGTHS_SUFFIX, name + MISSING_SUFFIX, name + CODES_SUFFIX)
+    return (name + ROW_LENGTHS_SUFFIX, name + MISSING_SUFFIX, name + CODES_SUFFIX, name + IDS_SUFFIX)
+
+
+def vocabulary_filename(position: int) -> str:
+    """The vocabulary file of the feature at `position` in the metadata's features."""
+    return f"{_VOCABULARIES_DIR}/{position:05d}.json"
 
 
 COMPRESSIONS = ("none", "gzip")
@@ -412,6 +427,10 @@ class DatasetInfo:
     # Per-feature statistics recorded at conversion (`ingest.statistics`); None when the
     # conversion ran with --no_statistics, or before they existed.
     statistics: Statistics | None = None
+    # Text features' vocabularies (format 4): {feature: {"file": relative path (a JSON list of
+    # the values, most frequent first), "size": values}}. Value vocabulary[i - 1] has id i;
+    # 0 is out of vocabulary. Absent for a feature with more distinct values than the limit.
+    vocabularies: Mapping = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         if self.compression not in COMPRESSIONS:
@@ -433,6 +452,13 @@ class DatasetInfo:
             )
         if self.layout == "blocks" and any(s.blocks is None for split in self.splits for s in split.shards):
             raise ValueError("every shard of the blocks layout must give its number of blocks")
+        for name, v in self.vocabularies.items():
+            spec = next((f for f in self.features if f.name == name), None)
+            if spec is None or spec.dtype != "bytes":
+                raise ValueError(f"vocabularies names {name!r}, which is not a bytes feature; features: {names}")
+            if not isinstance(v, Mapping) or not isinstance(v.get("file"), str) or not _is_int(v.get("size")):
+                raise ValueError(f"vocabularies[{name!r}] must be {{'file': path, 'size': n}}, got {v!r:.200}")
+            _file_inside(v, "file", f"vocabularies[{name!r}]")
         indexed = [s.filename for split in self.splits for s in split.shards if s.index is not None]
         if indexed and (self.layout != "blocks" or self.compression != "none"):
             # A gzip shard's byte offsets are not its blocks' offsets: it is read as a stream.
@@ -446,6 +472,20 @@ class DatasetInfo:
             if f.name == name:
                 return f
         raise KeyError(f"no feature {name!r} in this dataset; features: {[f.name for f in self.features]}")
+
+    def vocabulary(self, name: str) -> tuple:
+        """The vocabulary of text feature `name`, most frequent value first: with
+        `make_dataset(..., text="ids")` value `vocabulary[i - 1]` arrives as id `i`, and
+        id 0 is a value out of it (Keras `StringLookup`'s convention)."""
+        if name not in self.vocabularies:
+            raise KeyError(
+                f"feature {name!r} has no vocabulary; the features that have one: {sorted(self.vocabularies)}"
+                + (f" (warnings: {list(self.warnings)})" if self.warnings else "")
+            )
+        read = self.__dict__.get("_read_vocabulary")
+        if read is None:
+            raise ValueError("this metadata was not read from a dataset directory: use ingest.load_info(path)")
+        return read(name)
 
     def split(self, name: str) -> SplitInfo:
         for s in self.splits:
@@ -470,6 +510,7 @@ class DatasetInfo:
                 **({"labels": list(self.labels)} if self.labels else {}),
                 **({"image": dict(self.image)} if self.image else {}),
                 **({"warnings": list(self.warnings)} if self.warnings else {}),
+                **({"vocabularies": {k: dict(v) for k, v in self.vocabularies.items()}} if self.vocabularies else {}),
             },
             indent=2,
             sort_keys=False,
@@ -525,4 +566,5 @@ class DatasetInfo:
             layout=_typed(d, "layout", str, "metadata", default="rows"),
             block_rows=_typed(d, "block_rows", (int, type(None)), "metadata", default=None),
             statistics=Statistics.from_json(d["statistics"]) if d.get("statistics") is not None else None,
+            vocabularies=_typed(d, "vocabularies", Mapping, "metadata", default={}),
         )

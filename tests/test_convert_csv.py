@@ -374,7 +374,7 @@ def test_metadata_records_the_contract(tmp):
     src = write_text(tmp / "in" / "a.csv", "x,y\n1,a\n2,b\n")
     run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--label", "x")
     meta = json.load(open(tmp / "out" / "dataset_info.json"))
-    assert meta["format_version"] == 3 and meta["layout"] == "blocks" and meta["compression"] == "none"
+    assert meta["format_version"] == 4 and meta["layout"] == "blocks" and meta["compression"] == "none"
     assert meta["label"] == "x"
     assert meta["features"][1] == {
         "name": "y",

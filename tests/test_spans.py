@@ -270,7 +270,7 @@ def test_spans_converted_before_and_after_dictionaries_read_as_one(tmp_path):
     old, new = (convert_table(tmp_path / m, _month(weather, m), "--block_rows", "4") for m in MONTHS[:2])
     before = _dates(_read(old, shuffle=False))
     _as_format_2(old)
-    assert ingest.load_info(old).format_version == 2 and ingest.load_info(new).format_version == 3
+    assert ingest.load_info(old).format_version == 2 and ingest.load_info(new).format_version == 4
     assert _dates(_read(old, shuffle=False)) == before
     infos = [ingest.load_info(p) for p in (old, new)]
     assert _request.text_codes(infos) is None and _request.text_codes(infos[1:]) is True

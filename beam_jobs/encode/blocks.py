@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from beam_jobs.encode.examples import encode_batch
+from beam_jobs.stats.vocabulary import ids_of
 from ingest import contract
 
 __all__ = ["ROWS_FEATURE", "block_columns", "dictionary_encoded", "encode_blocks"]
@@ -70,11 +71,15 @@ def _filled(values: pa.Array, dtype: str, default) -> pa.Array:
     return pc.fill_null(values.cast(_ARROW[dtype]), pa.scalar(value, _ARROW[dtype]))
 
 
-def block_columns(columns, num_rows: int, block_rows: int, defaults: dict | None = None) -> tuple:
+def block_columns(
+    columns, num_rows: int, block_rows: int, defaults: dict | None = None, vocabularies: dict | None = None
+) -> tuple:
     """[(name, dtype, array)] of rows -> ([(name, dtype, array)] of blocks, rows per block).
 
     `columns` are the canonical arrays the row encoder takes (int64, float32 or
     large_binary, or lists of them); `defaults[name]` replaces the natural default.
+    `vocabularies[name]` (large_binary values, id = position + 1) gives each block
+    dictionary entry of that bytes column its id (`F/ids`, 0 for a value not in it).
     """
     if block_rows < 1:
         raise ValueError(f"block_rows must be at least 1, got {block_rows}")
@@ -113,6 +118,9 @@ def block_columns(columns, num_rows: int, block_rows: int, defaults: dict | None
             dictionary, dictionary_starts, codes = dictionary_encoded(values, value_starts)
             out.append((name, dtype, _per_block(dictionary, dictionary_starts)))
             out.append((name + contract.CODES_SUFFIX, "int64", _per_block(pa.array(codes, pa.int64()), value_starts)))
+            if vocabularies and name in vocabularies:
+                ids = pa.array(ids_of(dictionary, vocabularies[name]), pa.int64())
+                out.append((name + contract.IDS_SUFFIX, "int64", _per_block(ids, dictionary_starts)))
         else:
             out.append((name, dtype, _per_block(values, value_starts)))
         if not present.all():
@@ -125,11 +133,11 @@ def block_columns(columns, num_rows: int, block_rows: int, defaults: dict | None
     return out, sizes
 
 
-def encode_blocks(columns, num_rows: int, block_rows: int, defaults: dict | None = None):
+def encode_blocks(columns, num_rows: int, block_rows: int, defaults: dict | None = None, vocabularies=None):
     """Encodes rows as framed blocks of up to `block_rows` rows.
 
     Returns `(buffer, frame_offsets, crcs, rows_per_block)` (see `encode_batch`).
     """
-    blocks, sizes = block_columns(columns, num_rows, block_rows, defaults)
+    blocks, sizes = block_columns(columns, num_rows, block_rows, defaults, vocabularies)
     buf, offsets, crcs = encode_batch(blocks, len(sizes), framed=True)
     return buf, offsets, crcs, sizes

@@ -84,8 +84,8 @@ class _BlockSink:
     """Encodes rows into framed blocks of `block_rows` as they come; writes them to `out`
     and keeps each block's frame length (the shard's block index)."""
 
-    def __init__(self, out, block_rows: int, defaults: dict | None = None):
-        self._out, self._k, self._defaults = out, block_rows, defaults
+    def __init__(self, out, block_rows: int, defaults: dict | None = None, vocabularies: dict | None = None):
+        self._out, self._k, self._defaults, self._vocabularies = out, block_rows, defaults, vocabularies
         self._carry: list = []
         self._carried = 0
         self._lengths: list = []
@@ -110,7 +110,9 @@ class _BlockSink:
         full = table.num_rows if final else table.num_rows // self._k * self._k
         for start in range(0, full, self._k * _ROWS_PER_ENCODE):
             part = table.slice(start, min(self._k * _ROWS_PER_ENCODE, full - start))
-            data, offsets, _, _ = encode_blocks(_columns(part), part.num_rows, self._k, self._defaults)
+            data, offsets, _, _ = encode_blocks(
+                _columns(part), part.num_rows, self._k, self._defaults, self._vocabularies
+            )
             self._out.write(memoryview(data))
             self._lengths.append(np.diff(offsets).astype(np.int64))
         rest = table.slice(full)
@@ -118,7 +120,15 @@ class _BlockSink:
 
 
 def write_block_shard(
-    fragments: list, out, *, rng, block_rows: int, budget: Budget = Budget(), on_rows=None, defaults=None
+    fragments: list,
+    out,
+    *,
+    rng,
+    block_rows: int,
+    budget: Budget = Budget(),
+    on_rows=None,
+    defaults=None,
+    vocabularies=None,
 ) -> np.ndarray:
     """Writes the fragments' rows to `out` as blocks, shuffled row by row when `rng` is
     given (else in source order); returns each block's TFRecord frame length, in shard
@@ -126,9 +136,10 @@ def write_block_shard(
     (`contract.encode_block_index`). `on_rows(columns, n,
     index)` sees each run of rows ([(name, dtype, array)]) as it is read, before the
     shuffle: the statistics then run beside the permutation and encoding. `defaults`:
-    {column: the value a missing one is written as} where not the dtype's natural one."""
+    {column: the value a missing one is written as} where not the dtype's natural one.
+    `vocabularies`: {column: its vocabulary}, for each block dictionary's ids (`F/ids`)."""
     fragments = sorted(fragments, key=lambda f: (tuple(f.order), f.path))
-    sink = _BlockSink(out, block_rows, defaults)
+    sink = _BlockSink(out, block_rows, defaults, vocabularies)
     runs = _seen(fragments, on_rows)
     total_bytes = sum(f.bytes for f in fragments)
     if rng is None:

@@ -228,6 +228,7 @@ def dataset_files(info: contract.DatasetInfo) -> list:
     """The files a dataset's metadata lists, relative to its directory."""
     files = [name for split in info.splits for shard in split.shards for name in (shard.filename, shard.index) if name]
     files += [q["path"] for q in info.quarantine.get("files", ())]
+    files += [v["file"] for v in info.vocabularies.values()]
     return files
 
 

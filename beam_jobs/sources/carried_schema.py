@@ -21,6 +21,8 @@ and the job use; what differs by source stays in the source (`Source.carrying`).
 from __future__ import annotations
 
 import dataclasses
+import json
+from typing import Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -50,6 +52,8 @@ class CarriedSchema:
     # How that dataset's records are laid out: (layout, block_rows, compression). Not carried
     # (a span may be written otherwise on purpose), but spans that differ are not read as one.
     storage: tuple = ()
+    # {feature: its vocabulary, a tuple of str}: a value's id never changes from span to span.
+    vocabularies: Mapping = dataclasses.field(default_factory=dict)
 
     @property
     def names(self) -> tuple:
@@ -153,7 +157,19 @@ def load(dataset: str) -> CarriedSchema:
         )
     job = info.source.get("job")
     storage = (info.layout, info.block_rows, info.compression)
-    return CarriedSchema(dataset, tuple(info.features), info.label, tuple(info.labels), job, storage)
+    vocabularies = {name: _vocabulary(dataset, v["file"]) for name, v in info.vocabularies.items()}
+    return CarriedSchema(dataset, tuple(info.features), info.label, tuple(info.labels), job, storage, vocabularies)
+
+
+def _vocabulary(dataset: str, rel: str) -> tuple:
+    path = FileSystems.join(dataset, rel)
+    try:
+        return tuple(json.loads(output_dir.read_text(path)))
+    except Exception as e:  # Beam raises several types; a missing file among them
+        raise ConversionError(
+            f"--schema_from {dataset}: its vocabulary file {path} cannot be read ({e}); copy it along with the "
+            "dataset, or reconvert that dataset"
+        ) from e
 
 
 def _exists(path: str) -> bool:

@@ -55,7 +55,9 @@ def cached_column_batches(ds: tf.data.Dataset, req: Request, plan: _tuning.FileS
     k = req.info.block_rows
     window_rows = _tuning.block_window(k, plan.records, requested=req.options.block_window) * k
     columns = (
-        ds.batch(max(plan.records, 1)).map(lambda blocks: parse_blocks(blocks, features, codes=req.text_codes)).cache()
+        ds.batch(max(plan.records, 1))
+        .map(lambda blocks: parse_blocks(blocks, features, codes=req.text_codes, ids=req.text_ids))
+        .cache()
     )
     if req.num_epochs != 1:
         columns = columns.repeat(req.num_epochs)

@@ -29,6 +29,7 @@ ROWS_FEATURE = contract.BLOCK_ROWS_FEATURE
 ROW_LENGTHS_SUFFIX = contract.ROW_LENGTHS_SUFFIX
 MISSING_SUFFIX = contract.MISSING_SUFFIX
 CODES_SUFFIX = contract.CODES_SUFFIX
+IDS_SUFFIX = contract.IDS_SUFFIX
 
 _TF_DTYPES = {"int64": tf.int64, "float32": tf.float32, "bytes": tf.string}
 
@@ -43,10 +44,15 @@ def _coded(f: contract.FeatureSpec, codes: bool | None) -> bool:
     return f.dtype == "bytes" and codes is not False
 
 
-def _parse_spec(features: Sequence[contract.FeatureSpec], with_presence: bool, codes: bool | None) -> dict:
+def _parse_spec(
+    features: Sequence[contract.FeatureSpec], with_presence: bool, codes: bool | None, ids: frozenset
+) -> dict:
     spec = {ROWS_FEATURE: tf.io.FixedLenFeature([1], tf.int64)}
     for f in features:
-        spec[f.name] = _ragged(_TF_DTYPES[f.dtype])
+        # A text feature read as ids: its dictionary's ids, not its strings (never parsed).
+        spec[f.name + IDS_SUFFIX if f.name in ids else f.name] = _ragged(
+            tf.int64 if f.name in ids else _TF_DTYPES[f.dtype]
+        )
         if _coded(f, codes):
             spec[f.name + CODES_SUFFIX] = _ragged(tf.int64)
         if f.is_variable_length:
@@ -163,13 +169,16 @@ def _segment_ids(splits: tf.Tensor, total) -> tf.Tensor:
     return tf.cumsum(marks[:total])
 
 
-def _global_codes(coded: Sequence[contract.FeatureSpec], parsed, local, rows_per_block, block_ends, total_rows, where):
+def _global_codes(
+    coded: Sequence[contract.FeatureSpec], dictionaries_of, local, rows_per_block, block_ends, total_rows, where
+):
     """The bytes columns' codes made indexes into the window's dictionaries (block after
     block), and one check that every code falls in its own block's dictionary.
 
     Scalar and fixed-length columns share their values' rows (checked by the counts check
     this runs after); variable-length ones find theirs. `block_ends` (each block's end, in
-    rows) and `total_rows` are parse_blocks'.
+    rows) and `total_rows` are parse_blocks'; `dictionaries_of[name]` is each block's
+    dictionary (its strings, or its ids in the vocabulary).
     """
     if not coded:
         return {}, tf.no_op()
@@ -187,7 +196,7 @@ def _global_codes(coded: Sequence[contract.FeatureSpec], parsed, local, rows_per
             if k not in shared:
                 shared[k] = tf.reshape(tf.tile(tf.expand_dims(row_block, 1), [1, k]), [-1])
             block_of = shared[k]
-        dictionaries = parsed[f.name]
+        dictionaries = dictionaries_of[f.name]
         size_of = tf.gather(dictionaries.row_lengths(), block_of)
         # One unsigned comparison checks both bounds: a negative code wraps to a huge one.
         oks.append(tf.bitcast(codes.values, tf.uint64) < tf.bitcast(size_of, tf.uint64))
@@ -200,7 +209,7 @@ def _global_codes(coded: Sequence[contract.FeatureSpec], parsed, local, rows_per
         j = tf.argmax(tf.cast(tf.logical_not(tf.concat(oks, 0)), tf.int32), output_type=tf.int64)
         block = tf.concat(blocks_of, 0)[j]
         code = tf.concat([local[f.name].values for f in coded], 0)[j]
-        size = tf.concat([parsed[f.name].row_lengths() for f in coded], 0)[
+        size = tf.concat([dictionaries_of[f.name].row_lengths() for f in coded], 0)[
             c * tf.size(rows_per_block, tf.int64) + block
         ]
         return _format(
@@ -280,6 +289,7 @@ def parse_blocks(
     codes: bool | None = None,
     take=None,
     row_check=None,
+    ids: frozenset = frozenset(),
 ):
     """N serialized blocks (a [N] string tensor) -> {name: all rows of the N blocks, in order}.
 
@@ -294,6 +304,9 @@ def parse_blocks(
     `codes`: whether the blocks' bytes columns carry `F/codes`: True for format 3, False
     before, None when each block says (spans converted by both).
 
+    `ids`: the bytes columns to return as int64 ids of their vocabulary (`F/ids`, format
+    4), their strings never parsed; they need `codes` True.
+
     `take` ([T] int64 row numbers) returns those rows, in that order, instead of all (and
     their presence): a permutation moves codes before the strings are made.
     `row_check(rows_per_block)` is an assert that runs before any column is built.
@@ -303,30 +316,34 @@ def parse_blocks(
     say where block i is (a list of strings and scalar tensors), by default its position
     among the N.
     """
-    parsed = tf.io.parse_example(serialized, _parse_spec(features, with_presence, codes))
+    parsed = tf.io.parse_example(serialized, _parse_spec(features, with_presence, codes, ids))
+    # Each bytes column's block dictionaries: of strings, or of ids for those read as ids.
+    dictionaries_of = {f.name: parsed[f.name + IDS_SUFFIX if f.name in ids else f.name] for f in features}
     rows_per_block = parsed[ROWS_FEATURE][:, 0]
     block_ends = tf.cumsum(rows_per_block)
     block_starts = block_ends - rows_per_block
     total_rows = tf.reduce_sum(rows_per_block)
     where = locate or _where_parsed
     coded = [f for f in features if _coded(f, codes)]
-    local = {f.name: _local_codes(f, parsed, codes is True) for f in coded}
+    local = {f.name: _local_codes(f, parsed, codes is True or f.name in ids) for f in coded}
     counts = _counts_check(features, {**parsed, **local}, set(local), rows_per_block, where)
     with tf.control_dependencies([counts]):  # a short list is named as such, not as a bad code
-        values_of, codes_check = _global_codes(coded, parsed, local, rows_per_block, block_ends, total_rows, where)
+        values_of, codes_check = _global_codes(
+            coded, dictionaries_of, local, rows_per_block, block_ends, total_rows, where
+        )
     checks = [counts, codes_check]
     if row_check is not None:
         checks.append(row_check(rows_per_block))
     with tf.control_dependencies(checks):
         total_rows = tf.identity(total_rows)
         values = {
-            f.name: tf.identity(_column(f, values_of.get(f.name, parsed[f.name]), parsed, total_rows, where))
+            f.name: tf.identity(_column(f, values_of.get(f.name, dictionaries_of[f.name]), parsed, total_rows, where))
             for f in features
         }
     if take is not None:
         take = _rows_taken(take)
         values = {name: take(column) for name, column in values.items()}
-    values = {name: _strings(parsed[name].values, v) if name in values_of else v for name, v in values.items()}
+    values = {name: _strings(dictionaries_of[name].values, v) if name in values_of else v for name, v in values.items()}
     out = (values,)
     if with_presence:
         presence = {f.name: _presence(f, parsed, rows_per_block, block_starts, total_rows, where) for f in features}
@@ -354,7 +371,7 @@ def _rows_taken(take):
 
 
 def _strings(dictionaries: tf.Tensor, column):
-    """A bytes column's codes (dense or ragged) -> its strings."""
+    """A bytes column's codes (dense or ragged) -> its values: strings, or their ids."""
     if isinstance(column, tf.RaggedTensor):
         return column.with_flat_values(_strings(dictionaries, column.flat_values))
     return tf.gather_nd(dictionaries, tf.expand_dims(column, -1))

@@ -447,6 +447,7 @@ class _SeekableOrder:
             self.features,
             locate=located_in(names, in_shard),
             codes=self.req.text_codes,
+            ids=self.req.text_ids,
             take=skip + order,
             row_check=lambda got: check_rows(got, want, names, in_shard),
         )

@@ -54,13 +54,18 @@ def _window_parser(req: Request, plan: _tuning.FileShards):
             last = tf.gather(blocks_of, shards) - 1
             want = tf.where(positions < last, block_rows, tf.gather(rows_of, shards) - block_rows * last)
             rows, got = parse_blocks(
-                serialized, features, with_block_rows=True, locate=located_in(names, positions), codes=req.text_codes
+                serialized,
+                features,
+                with_block_rows=True,
+                locate=located_in(names, positions),
+                codes=req.text_codes,
+                ids=req.text_ids,
             )
             with tf.control_dependencies([check_rows(got, want, names, positions)]):
                 rows = {name: tf.identity(column) for name, column in rows.items()}
         else:
             serialized = blocks
-            rows = parse_blocks(serialized, features, codes=req.text_codes)
+            rows = parse_blocks(serialized, features, codes=req.text_codes, ids=req.text_ids)
         if req.shuffle:
             rows = permute_rows(rows, None if seed is None else _window_seed(seed, index, serialized))
         # The label is split off per window, not per batch: one map fewer per batch (rebatch

@@ -1,0 +1,109 @@
+"""Text features' vocabularies: every distinct value counted, then ranked, in one pass.
+
+    chunk columns -> count_chunk: {feature: (values, counts)}      (pyarrow, per chunk)
+      -> Counts.add / merge: exact counts, per bundle and globally, each feature's dropped
+         (None) once it holds more distinct values than the limit
+      -> ranked(counts, carried): the vocabulary, most frequent first (ties by value), after
+         the values a carried vocabulary (--schema_from) already gives ids
+
+A vocabulary is what `make_dataset(text="ids")` maps each value to: value vocabulary[i - 1]
+has id i, 0 is out of vocabulary (Keras StringLookup's convention). The ranking follows
+Keras' `StringLookup.adapt` and TFT's `vocabulary`: most frequent first. Counting is a hash
+pass in Arrow (`value_counts`), with no Python per value.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["Counts", "count_chunk", "ids_of", "ranked"]
+
+_VALUE, _COUNT = "value", "count"
+
+
+def _table(values: pa.Array, counts) -> pa.Table:
+    return pa.table({_VALUE: values.cast(pa.large_binary()), _COUNT: pa.array(counts, pa.int64())})
+
+
+def count_chunk(cols, names) -> dict:
+    """{name: its values' counts in this chunk} for the columns `names` among `cols`
+    ([(name, dtype, array)], canonical arrays: large_binary or lists of it). Missing values
+    are not counted (a missing row is read as the feature's default, not a value)."""
+    out = {}
+    for name, _, arr in cols:
+        if name not in names:
+            continue
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks()
+        if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type) or pa.types.is_fixed_size_list(arr.type):
+            arr = pc.list_flatten(arr)
+        counted = pc.value_counts(arr.drop_null())
+        out[name] = _table(counted.field(0), counted.field(1))
+    return out
+
+
+class Counts:
+    """Exact value counts per feature, each dropped (None) past `limit` distinct values."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.tables: dict = {}  # name -> pa.Table (value, count), or None: too many values
+
+    def add(self, counted: dict) -> None:
+        for name, table in counted.items():
+            self._merge(name, table)
+
+    def merge(self, other: "Counts") -> None:
+        for name, table in other.tables.items():
+            self._merge(name, table)
+
+    def _merge(self, name: str, table) -> None:
+        held = self.tables.get(name, _EMPTY)
+        if held is None or table is None:
+            self.tables[name] = None
+            return
+        if held is not _EMPTY:
+            both = pa.concat_tables([held, table])
+            table = both.group_by(_VALUE).aggregate([(_COUNT, "sum")]).rename_columns([_VALUE, _COUNT])
+        self.tables[name] = None if table.num_rows > self.limit else table
+
+    @staticmethod
+    def merge_all(parts) -> "Counts":
+        """The merge of `parts` (a CombineGlobally's function); of nothing, no counts."""
+        parts = list(parts)
+        total = Counts(parts[0].limit if parts else 0)
+        for part in parts:
+            total.merge(part)
+        return total
+
+
+_EMPTY = object()
+
+
+def ranked(table, limit: int, carried: tuple = ()) -> tuple:
+    """A feature's vocabulary: `carried` (a carried schema's vocabulary, whose ids never
+    change), then the values it lacks, most frequent first, ties by value (bytewise).
+
+    Returns (values as str, note): the note says why values were left out of it, or is
+    empty. `table` None (more distinct values than `limit`) keeps the carried vocabulary.
+    """
+    if table is None:
+        note = f"more than {limit:,} distinct values" if not carried else "its new values pass the limit"
+        return tuple(carried), note
+    order = pc.sort_indices(table, sort_keys=[(_COUNT, "descending"), (_VALUE, "ascending")])
+    values = table.column(_VALUE).take(order)
+    if carried:
+        known = pa.array([v.encode("utf-8") for v in carried], pa.large_binary())
+        values = values.filter(pc.invert(pc.is_in(values, value_set=known)))
+    new = [v.decode("utf-8", "surrogateescape") for v in values.to_pylist()]
+    if len(carried) + len(new) > limit:
+        return tuple(carried), f"{len(new):,} new values would pass the limit of {limit:,}: they are out of vocabulary"
+    return tuple(carried) + tuple(new), ""
+
+
+def ids_of(values: pa.Array, vocabulary: pa.Array) -> np.ndarray:
+    """Each of `values`' id in `vocabulary` (position + 1), 0 for a value not in it."""
+    at = pc.index_in(values.cast(pa.large_binary()), value_set=vocabulary)
+    return pc.fill_null(pc.add(at, 1), 0).to_numpy(zero_copy_only=False).astype(np.int64)

@@ -1,0 +1,256 @@
+"""Text as ids (#37): vocabularies recorded at conversion, `make_dataset(text="ids")`.
+
+Ids are checked against the strings of the same rows read with text="strings", through the
+vocabulary the metadata names, not against the code's own idea of an id: a value's id is
+its position in `load_info(path).vocabulary(name)` plus one, 0 is out of vocabulary.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import tensorflow as tf
+
+import ingest
+from beam_jobs.stats import vocabulary as vocab_stats
+from tests.conftest import convert_table, run_convert
+
+N = 3000
+
+
+def _table(seed: int = 0, n: int = N, new_words: int = 0) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    words = [f"w{i}" for i in range(30 + new_words)]
+    # Skewed: low ids are frequent, so the vocabulary's order is the frequency order.
+    city = [words[min(int(k), len(words) - 1)] for k in rng.geometric(0.15, n) - 1]
+    tags = [[words[int(k)] for k in rng.integers(0, 30, int(m))] for m in rng.integers(0, 4, n)]
+    pair = [[words[int(a)], words[int(b)]] for a, b in rng.integers(0, 30, (n, 2))]
+    url = [f"https://example.com/{seed}/{i}" for i in range(n)]  # every value distinct
+    missing = [None if i % 7 == 0 else words[i % 5] for i in range(n)]
+    return pa.table(
+        {
+            "id": pa.array(np.arange(n) + seed * 1_000_000),
+            "x": pa.array(rng.normal(size=n).astype(np.float32)),
+            "city": city,
+            "tags": pa.array(tags, pa.list_(pa.string())),
+            "pair": pa.array(pair, pa.list_(pa.string(), 2)),
+            "url": url,
+            "maybe": missing,
+            "label": [["cat", "dog"][int(i)] for i in rng.integers(0, 2, n)],
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ids")
+    return convert_table(root, _table(), "--label", "label", "--block_rows", "64", "--num_shards", "3")
+
+
+def _lookup(info, name):
+    return np.array([b""] + [v.encode() for v in info.vocabulary(name)], dtype=object)
+
+
+def _by_id(ds, names):
+    """{row id: {name: value or list}} over one pass of `ds`."""
+    out = {}
+    for x, _ in ds:
+        columns = {n: x[n].to_list() if isinstance(x[n], tf.RaggedTensor) else x[n].numpy().tolist() for n in names}
+        for i, row_id in enumerate(x["id"].numpy().tolist()):
+            out[row_id] = {n: columns[n][i] for n in names}
+    return out
+
+
+TEXT = ("city", "tags", "pair", "url", "maybe")
+
+
+def test_the_vocabulary_lists_each_text_features_values_most_frequent_first(dataset):
+    info = ingest.load_info(dataset)
+    assert set(info.vocabularies) == set(TEXT)  # the label has classes instead; numbers none
+    table = _table()
+    for name in TEXT:
+        values = table.column(name).to_pylist()
+        flat = [v for row in values for v in (row if isinstance(row, list) else [row]) if v is not None]
+        counts = collections.Counter(flat)
+        expected = sorted(counts, key=lambda v: (-counts[v], v.encode()))
+        assert list(info.vocabulary(name)) == expected, name
+        assert info.vocabularies[name]["size"] == len(expected)
+    with pytest.raises(KeyError, match=r"feature 'x' has no vocabulary; the features that have one: \['city'"):
+        info.vocabulary("x")
+
+
+@pytest.mark.parametrize("seekable", [True, False])
+def test_ids_are_the_vocabulary_positions_of_the_strings_of_the_same_rows(dataset, seekable):
+    info = ingest.load_info(dataset)
+    options = ingest.ReadOptions(seekable_order=seekable)
+    kw = dict(batch_size=100, shuffle=False, options=options)
+    strings = _by_id(ingest.make_dataset(dataset, **kw), TEXT)
+    ds = ingest.make_dataset(dataset, text="ids", **kw)
+    for name in TEXT:
+        spec = ds.element_spec[0][name]
+        assert spec.dtype == tf.int64, name
+    ids = _by_id(ds, TEXT)
+    assert len(ids) == N and ids.keys() == strings.keys()
+    for name in TEXT:
+        lookup = _lookup(info, name)
+        for row_id, row in ids.items():
+            got = row[name]
+            decoded = [lookup[i] for i in got] if isinstance(got, list) else lookup[got]
+            want = strings[row_id][name]
+            if name == "maybe" and want == b"":  # missing: the default, which is no value of it
+                assert got == 0
+            else:
+                assert decoded == want, (name, row_id)
+                assert (min(got) if isinstance(got, list) and got else got or 1) >= 1
+
+
+def test_ids_build_no_string_tensor_from_the_blocks(dataset):
+    """The parse of a window asks for no bytes list: the dictionaries' strings are never made."""
+    # (the text label, yielded as its class id, is not among them: it is parsed as text)
+    ds = ingest.make_dataset(dataset, batch_size=100, text="ids", features=["id", *TEXT], label=False)
+    graph = tf.compat.v1.GraphDef.FromString(ds._as_serialized_graph().numpy())
+    parses = [n for f in graph.library.function for n in f.node_def if n.op == "ParseExampleV2"]
+    assert parses
+    for node in parses:
+        assert tf.string.as_datatype_enum not in node.attr["ragged_value_types"].list.type
+    strings = ingest.make_dataset(dataset, batch_size=100, features=["id", *TEXT], label=False)
+    graph = tf.compat.v1.GraphDef.FromString(strings._as_serialized_graph().numpy())
+    parses = [n for f in graph.library.function for n in f.node_def if n.op == "ParseExampleV2"]
+    assert any(tf.string.as_datatype_enum in n.attr["ragged_value_types"].list.type for n in parses)
+
+
+def test_every_row_comes_once_per_epoch_with_many_windows_in_flight(dataset):
+    options = ingest.ReadOptions(num_parallel_calls=5, block_window=2)
+    ds = ingest.make_dataset(dataset, batch_size=32, seed=3, num_epochs=2, text="ids", options=options)
+    rows = [int(i) for x, _ in ds for i in x["id"].numpy()]
+    assert sorted(rows[:N]) == list(range(N)) and sorted(rows[N:]) == list(range(N))
+    assert rows[:N] != rows[N:]  # each epoch its own order
+    one = ingest.ReadOptions(num_parallel_calls=1, block_window=2)
+    serial = ingest.make_dataset(dataset, batch_size=32, seed=3, num_epochs=2, text="ids", options=one)
+    assert [int(i) for x, _ in serial for i in x["id"].numpy()] == rows  # in flight or not: the same order
+
+
+def test_a_checkpoint_with_windows_in_flight_resumes_at_the_next_batch(dataset, tmp_path):
+    options = ingest.ReadOptions(num_parallel_calls=4, block_window=2)
+
+    def make():
+        return ingest.make_dataset(dataset, batch_size=50, seed=9, num_epochs=None, text="ids", options=options)
+
+    it = iter(make())
+    for _ in range(17):
+        next(it)
+    ckpt = tf.train.Checkpoint(it=it)
+    saved = ckpt.write(str(tmp_path / "ckpt"))
+    expected = [next(it)[0]["url"].numpy().tolist() for _ in range(30)]
+    restored = iter(make())
+    tf.train.Checkpoint(it=restored).read(saved).assert_consumed()
+    assert [next(restored)[0]["url"].numpy().tolist() for _ in range(30)] == expected
+    assert os.path.getsize(saved + ".data-00000-of-00001") < 16_384
+
+
+def test_a_later_span_keeps_every_id_and_adds_its_new_values(tmp_path):
+    first = convert_table(tmp_path / "a", _table(0), "--label", "label", "--block_rows", "64")
+    second_in = tmp_path / "b"
+    os.makedirs(second_in / "in")
+    import pyarrow.parquet as pq
+
+    pq.write_table(_table(1, new_words=20), str(second_in / "in" / "a.parquet"))
+    run_convert(
+        "--source", "parquet", "--input", second_in / "in" / "a.parquet", "--output", second_in / "ds",
+        "--schema_from", first, "--block_rows", "64",
+    )  # fmt: skip
+    second = str(second_in / "ds")
+    old, new = ingest.load_info(first), ingest.load_info(second)
+    for name in ("city", "tags", "maybe"):
+        assert new.vocabulary(name)[: len(old.vocabulary(name))] == old.vocabulary(name)
+    assert len(new.vocabulary("city")) > len(old.vocabulary("city"))  # w30... are new
+    assert new.vocabulary("url")[: len(old.vocabulary("url"))] == old.vocabulary("url")
+    both = ingest.load_info([first, second])
+    assert both.vocabulary("city") == new.vocabulary("city")
+    strings = _by_id(ingest.make_dataset([first, second], batch_size=100, shuffle=False), ["city"])
+    ids = _by_id(ingest.make_dataset([first, second], batch_size=100, shuffle=False, text="ids"), ["city"])
+    lookup = _lookup(new, "city")
+    assert len(ids) == 2 * N
+    assert all(lookup[row["city"]] == strings[i]["city"] for i, row in ids.items())
+
+
+def test_spans_converted_apart_are_refused_for_ids_but_read_as_strings(tmp_path):
+    a = convert_table(tmp_path / "a", _table(0), "--label", "label")
+    b = convert_table(tmp_path / "b", _table(1, new_words=20), "--label", "label")
+    with pytest.raises(ValueError, match=r"vocabulary of feature '\w+' in .* is not the start of the others'"):
+        ingest.make_dataset([a, b], batch_size=10, text="ids")
+    assert sum(len(y) for _, y in ingest.make_dataset([a, b], batch_size=1000)) == 2 * N
+
+
+def test_a_feature_past_the_vocabulary_limit_has_none_and_ids_refuse_it(tmp_path, monkeypatch):
+    from ingest import contract
+
+    monkeypatch.setattr(contract, "VOCABULARY_LIMIT", 100)
+    path = convert_table(tmp_path, _table(), "--label", "label")
+    info = ingest.load_info(path)
+    assert "url" not in info.vocabularies and "city" in info.vocabularies
+    assert any("'url': more than 100 distinct values" in w for w in info.warnings)
+    with pytest.raises(ValueError, match=r"no vocabulary for feature 'url' \(text feature 'url': more than 100"):
+        ingest.make_dataset(path, batch_size=10, text="ids")
+    ds = ingest.make_dataset(path, batch_size=10, text="ids", features=["id", "city"])
+    assert ds.element_spec[0]["city"].dtype == tf.int64
+
+
+def test_datasets_without_vocabularies_and_the_rows_layout_are_refused_for_ids(tmp_path, dataset):
+    rows = convert_table(tmp_path / "rows", _table(), "--label", "label", "--layout", "rows")
+    with pytest.raises(ValueError, match=r"text='ids' reads ids the blocks layout stores; .* layout 'rows'"):
+        ingest.make_dataset(rows, batch_size=10, text="ids")
+    old = tmp_path / "old"
+    os.makedirs(old)
+    for name in os.listdir(dataset):
+        if name.endswith((".tfrecord", ".index")):
+            os.link(os.path.join(dataset, name), old / name)
+    meta = json.loads(open(os.path.join(dataset, "dataset_info.json")).read())
+    meta["format_version"] = 3
+    del meta["vocabularies"]
+    (old / "dataset_info.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=r"converted with format_version 3, before vocabularies"):
+        ingest.make_dataset(str(old), batch_size=10, text="ids")
+    with pytest.raises(ValueError, match=r"text must be one of \('strings', 'ids'\), got 'id'"):
+        ingest.make_dataset(str(old), batch_size=10, text="id")
+    assert sum(len(y) for _, y in ingest.make_dataset(str(old), batch_size=1000)) == N  # strings still read
+
+
+def test_ranked_keeps_the_carried_order_and_refuses_to_pass_the_limit():
+    table = pa.table({"value": pa.array([b"b", b"c", b"a"], pa.large_binary()), "count": [5, 5, 9]})
+    assert vocab_stats.ranked(table, 10) == (("a", "b", "c"), "")
+    assert vocab_stats.ranked(table, 10, ("c", "z")) == (("c", "z", "a", "b"), "")
+    values, note = vocab_stats.ranked(table, 3, ("c", "z"))
+    assert values == ("c", "z") and "2 new values would pass the limit of 3" in note
+    counts = vocab_stats.Counts(limit=2)
+    counts.add({"f": table})
+    assert counts.tables["f"] is None  # three distinct values: past the limit, dropped
+
+
+def test_feature_space_of_ids_encodes_each_row_as_that_of_strings_does(dataset):
+    import keras
+
+    fs = keras.utils.FeatureSpace
+    on_strings = ingest.feature_space(
+        dataset, features={"city": fs.string_categorical(), "maybe": fs.string_categorical()}, output_mode="dict"
+    )
+    on_ids = ingest.feature_space(
+        dataset,
+        text="ids",
+        features={"city": fs.integer_categorical(), "maybe": fs.integer_categorical()},
+        output_mode="dict",
+    )
+    (x, _), (y, _) = (
+        next(iter(ingest.make_dataset(dataset, batch_size=500, shuffle=False, **kw))) for kw in ({}, {"text": "ids"})
+    )
+    a = on_strings({"city": x["city"], "maybe": x["maybe"]})
+    b = on_ids({"city": y["city"], "maybe": y["maybe"]})
+    for name in ("city", "maybe"):
+        np.testing.assert_array_equal(np.asarray(a[name]), np.asarray(b[name]))
+    chosen = ingest.feature_space(dataset, text="ids")  # defaults: url has too many values to one-hot
+    assert isinstance(chosen.preprocessors["url"], keras.layers.Hashing)
