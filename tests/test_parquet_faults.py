@@ -218,3 +218,23 @@ def test_null_elements_of_fixed_size_lists_are_quarantined_never_filled(tmp, lay
     assert re.search(r"column 's': element 1 of 2 ", bad[4]["reason"])
     info = contract.DatasetInfo.from_json(open(os.path.join(ds, "dataset_info.json")).read())
     assert info.statistics.of(None)["i"].min == 1  # over the kept rows only: no stored zero
+
+
+def test_null_elements_of_lists_are_quarantined_naming_file_row_and_column(tmp):
+    # The default conversion failed in its statistics with "cannot convert float NaN to integer".
+    table = pa.table(
+        {
+            "id": pa.array([1, 2, 3, 4]),
+            "tags": pa.array([[1, 2, 3], [4, None], [], None], pa.list_(pa.int32())),
+            "words": pa.array([["a"], ["b"], ["c", "d", None], ["e"]], pa.large_list(pa.string())),
+        }
+    )
+    ds = convert_table(tmp, table, "--max_bad_fraction", "0.5")
+    kept = sorted(read_examples(ds), key=lambda r: r["id"][0])
+    assert [r["id"] for r in kept] == [[1], [4]] and kept[0]["tags"] == [1, 2, 3] and "tags" not in kept[1]
+    bad = {q["row"]: q for q in quarantine_lines(ds)}
+    assert set(bad) == {2, 3} and all(q["source"].endswith("a.parquet") for q in bad.values())
+    assert re.search(r"^column 'tags': element 2 of its list is null.*must not contain null", bad[2]["reason"])
+    assert re.search(r"^column 'words': element 3 of its list is null", bad[3]["reason"])
+    with pytest.raises(ConversionError, match=r"a\.parquet.*column 'tags': element 2 of its list is null"):
+        convert_table(tmp, table, "--overwrite")

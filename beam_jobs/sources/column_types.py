@@ -654,6 +654,7 @@ def canonical_arrow_column(arr: pa.Array, name: str, *, unfit: list | None = Non
         parents = np.repeat(np.arange(len(arr)), np.diff(offsets))
         flat, bad = _at_rows(lambda: _scalar_to_canonical(values, dtype, name), parents)
         out = pa.LargeListArray.from_arrays(arr.offsets, flat, mask=pc.is_null(arr))
+        holes = _null_elements(values, parents, offsets[:-1], arr)
     if (bad is None or not bad.any()) and not holes:
         return dtype, shape, out
     which = np.flatnonzero(bad) if bad is not None else np.zeros(0, np.int64)
