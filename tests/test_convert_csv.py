@@ -181,6 +181,25 @@ def test_a_directory_as_input_suggests_the_pattern_of_its_files(tmp):
     assert not os.path.exists(tmp / "out")
 
 
+def test_a_glob_matching_a_dangling_symlink_or_a_directory_is_refused_naming_it(tmp):
+    # Beam's listing leaves both out without a word: "converting 1 csv file(s)", exit 0.
+    write_text(tmp / "in" / "a.csv", "a\n1\n")
+    os.symlink(tmp / "moved" / "b.csv", tmp / "in" / "b.csv")
+    with pytest.raises(ConversionError, match=r"matches .*in/b\.csv, a dangling symlink \(to .*moved/b\.csv\)"):
+        run_convert("--source", "csv", "--input", tmp / "in" / "*.csv", "--output", tmp / "out")
+    with pytest.raises(ConversionError, match=r"matches .*in/b\.csv, a dangling symlink"):
+        run_convert("--source", "csv", "--input", tmp / "in" / "b.csv", "--output", tmp / "out")
+    os.remove(tmp / "in" / "b.csv")
+    os.makedirs(tmp / "in" / "archive")  # and Parquet input is listed as CSV is
+    os.makedirs(tmp / "in" / "old")
+    with pytest.raises(
+        ConversionError,
+        match=r"matches .*in/archive, a directory \(and 1 other path.*would skip.*--input '.*in/\*\.csv'",
+    ):
+        run_convert("--source", "parquet", "--input", tmp / "in" / "*", "--output", tmp / "out")
+    assert not os.path.exists(tmp / "out")
+
+
 def test_columns_named_twice_and_seeds_out_of_range_name_their_flag(tmp):
     from beam_jobs import WriteDataset
 
