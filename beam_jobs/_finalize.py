@@ -164,6 +164,7 @@ def _commit_plan(cfg: JobConfig, shards: list, stats: ConversionStats, quarantin
         rel = fresh(f"{contract.QUARANTINE_DIRNAME}/part-{i:05d}-of-{len(quarantine):05d}.jsonl")
         moves.append((q["path"], rel))
         quarantine_files.append({"path": rel, "records": q["records"]})
+    output_dir.refuse_links_out(cfg.output, [rel for _, rel in moves])
     statistics = Statistics.from_json(stats.statistics_json(cfg.split_names)) if cfg.statistics else None
     schema = cfg.source.schema
     if schema is None:
