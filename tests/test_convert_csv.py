@@ -71,6 +71,28 @@ def test_delimiter_and_custom_null_markers(tmp):
     assert "v" not in rows[1] and rows[2]["v"] == [7]
 
 
+@pytest.mark.parametrize("delimiter, flag", [(";", "';'"), ("\t", "tab"), ("|", "'|'")])
+def test_a_header_holding_another_delimiter_is_refused_naming_the_flag(tmp, delimiter, flag):
+    # Read with ',' it was one text column named 'a;b;c', every row one cell.
+    src = write_text(tmp / "in" / "a.csv", delimiter.join(["a", "b", "c"]) + "\n" + delimiter.join("123") + "\n")
+    with pytest.raises(ValueError, match=rf"a\.csv: .*header is one column, .*holds 2 .*pass --delimiter {flag}"):
+        run_convert("--source", "csv", "--input", src, "--output", tmp / "out")
+    assert not os.path.exists(tmp / "out")
+    info = run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--delimiter", flag.strip("'"))
+    assert [f.name for f in info.features] == ["a", "b", "c"] and read_examples(tmp / "out") == [
+        {"a": [1], "b": [2], "c": [3]}
+    ]
+    # Given explicitly, ',' keeps the one column.
+    info = run_convert("--source", "csv", "--input", src, "--output", tmp / "one", "--delimiter", ",")
+    assert [f.name for f in info.features] == [delimiter.join(["a", "b", "c"])]
+
+
+def test_a_tab_delimiter_is_accepted_as_backslash_t(tmp):
+    src = write_text(tmp / "in" / "a.tsv", "a\tb\n1\t2\n")
+    run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--delimiter", "\\t")
+    assert read_examples(tmp / "out") == [{"a": [1], "b": [2]}]
+
+
 def test_given_schema_and_column_flags_override_inference(tmp):
     src = write_text(tmp / "in" / "a.csv", "zip,n,x\n00123,1,2\n04567,2,3\n")
     schema = write_text(tmp / "schema.json", json.dumps({"columns": {"zip": "string"}}))
