@@ -21,6 +21,7 @@ and the job use; what differs by source stays in the source (`Source.carrying`).
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import numpy as np
 import pyarrow as pa
@@ -29,10 +30,13 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs._errors import ConversionError, is_denied, storage_error
 from beam_jobs.output import directory as output_dir
+from beam_jobs.output import shard_plan
 from beam_jobs.sources import column_types
 from ingest import contract
 
 __all__ = ["CarriedSchema", "of_options", "load", "describe", "fit_column", "unknown_labels"]
+
+logger = logging.getLogger(__name__)
 
 # The classes an unknown-label reason lists; a longer list ends with how many there are.
 _CLASSES_SHOWN = 20
@@ -50,6 +54,8 @@ class CarriedSchema:
     # How that dataset's records are laid out: (layout, block_rows, compression). Not carried
     # (a span may be written otherwise on purpose), but spans that differ are not read as one.
     storage: tuple = ()
+    # ((split, fraction), ...) that dataset was split by: the default of a span's --splits.
+    splits: tuple = ()
 
     @property
     def names(self) -> tuple:
@@ -153,7 +159,26 @@ def load(dataset: str) -> CarriedSchema:
         )
     job = info.source.get("job")
     storage = (info.layout, info.block_rows, info.compression)
-    return CarriedSchema(dataset, tuple(info.features), info.label, tuple(info.labels), job, storage)
+    splits = _recorded_splits(info, dataset)
+    return CarriedSchema(dataset, tuple(info.features), info.label, tuple(info.labels), job, storage, splits)
+
+
+def _recorded_splits(info: contract.DatasetInfo, dataset: str) -> tuple:
+    """The splits a dataset's conversion recorded (`options.splits`); () if it recorded none."""
+    recorded = info.options.get("splits")
+    if recorded is None:
+        return ()
+    try:
+        return tuple(shard_plan.parse_splits(",".join(f"{k}={v}" for k, v in dict(recorded).items())).items())
+    except (TypeError, ValueError) as e:
+        logger.warning(
+            "--schema_from %s: its %s records splits %r, which are not valid (%s): not carried; pass --splits",
+            dataset,
+            contract.METADATA_FILENAME,
+            recorded,
+            e,
+        )
+        return ()
 
 
 def _exists(path: str) -> bool:
