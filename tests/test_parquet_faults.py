@@ -238,3 +238,14 @@ def test_null_elements_of_lists_are_quarantined_naming_file_row_and_column(tmp):
     assert re.search(r"^column 'words': element 3 of its list is null", bad[3]["reason"])
     with pytest.raises(ConversionError, match=r"a\.parquet.*column 'tags': element 2 of its list is null"):
         convert_table(tmp, table, "--overwrite")
+
+
+def test_a_column_name_a_file_repeats_is_refused_naming_the_file(tmp):
+    # Arrow's own error ('Field "a" exists 2 times in schema') named neither file nor fix.
+    table = pa.Table.from_arrays([pa.array([1, 2]), pa.array([3, 4]), pa.array([5, 6])], names=["a", "b", "a"])
+    with pytest.raises(
+        ValueError, match=r"input file .*a\.parquet has column\(s\) \['a'\] more than once.*--columns b"
+    ):
+        convert_table(tmp, table)
+    convert_table(tmp, table, "--columns", "b")
+    assert sorted(r["b"][0] for r in read_examples(tmp / "ds")) == [3, 4]

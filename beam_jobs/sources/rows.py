@@ -57,6 +57,8 @@ def value_kind(v) -> str | None:
             return f"list of {next(iter(kinds))}"
         if kinds <= {"int64", "float32"}:
             return "list of float32"
+        if kinds <= {"text", "binary"}:
+            return "list of binary"  # both are bytes: str as UTF-8, the bytes as they are
         return "unsupported list of " + "/".join(sorted(str(k) for k in kinds))
     return _scalar_kind(v)
 
