@@ -50,12 +50,14 @@ class JobConfig:
         """The configuration of a job with these checked options, reading `source`."""
         layout = layout_for(opts, type(source))
         shared = {f.name: getattr(opts, f.name) for f in dataclasses.fields(cls) if hasattr(opts, f.name)}
+        splits = _splits_of(opts, source.schema)
         decided = {
             "source": source,
             "tmp_dir": tmp_dir,
             "label": label,
             "layout": layout,
-            "num_shards": tuple(opts.num_shards for _ in opts.splits) if opts.num_shards else None,
+            "splits": splits,
+            "num_shards": tuple(opts.num_shards for _ in splits) if opts.num_shards else None,
             "block_rows": (opts.block_rows or DEFAULT_BLOCK_ROWS) if layout == "blocks" else None,
         }
         _warn_if_stored_otherwise(source.schema, (layout, decided["block_rows"], opts.compression))
@@ -132,6 +134,22 @@ def layout_for(opts: JobOptions, source: type) -> str:
             "tf.train.Example per row): drop --block_rows, or pass --layout blocks"
         )
     return layout
+
+
+def _splits_of(opts: JobOptions, schema) -> tuple:
+    """The splits as given; else a carried schema's dataset's (a span converted without
+    --splits would otherwise be train-only, and fail only when its eval split is read);
+    else everything in 'train'."""
+    if opts.splits is not None:
+        return opts.splits
+    if schema is not None and schema.splits:
+        logger.info(
+            "--splits %s, as --schema_from %s was split (pass --splits to split otherwise)",
+            ",".join(f"{name}={fraction:g}" for name, fraction in schema.splits),
+            schema.dataset,
+        )
+        return schema.splits
+    return (("train", 1.0),)
 
 
 def _warn_if_stored_otherwise(schema, storage: tuple) -> None:

@@ -11,6 +11,7 @@ import datetime
 import json
 import logging
 
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs._config import Decided, JobConfig
@@ -60,7 +61,7 @@ def _check_quality(cfg: JobConfig, stats: ConversionStats, quarantine: list) -> 
         raise ConversionError(
             f"{bad} of {total} rows ({bad / total:.3%}) were quarantined ({reasons}), more than "
             f"--max_bad_fraction={cfg.max_bad_fraction}. No dataset was written. The bad rows, with "
-            f"their source and reason, are in {where}. Fix the input, {hint}"
+            f"their source and reason, are in {where}{_first_bad(quarantine)}. Fix the input, {hint}"
             "or raise --max_bad_fraction."
         )
     if total - bad == 0:
@@ -69,6 +70,19 @@ def _check_quality(cfg: JobConfig, stats: ConversionStats, quarantine: list) -> 
             + (f", {bad} rows quarantined in {where}" if bad else ", all empty")
             + "): refusing to write an empty dataset"
         )
+
+
+def _first_bad(quarantine: list) -> str:
+    """', e.g. FILE, row N: REASON' from the first quarantine file, so that the error alone
+    shows what was wrong; '' if it cannot be read (the directory is still named)."""
+    for part in sorted(quarantine, key=lambda q: q["path"]):
+        try:
+            with FileSystems.open(part["path"], compression_type=CompressionTypes.UNCOMPRESSED) as f:
+                first = json.loads(f.readline())
+        except (OSError, ValueError):
+            continue
+        return f", e.g. {first.get('source')}, row {first.get('row')}: {first.get('reason')}"
+    return ""
 
 
 def finalize_dataset(
@@ -154,6 +168,7 @@ def _commit_plan(
         quarantine_files.append({"path": rel, "records": q["records"]})
     files, vocabulary_warnings = _vocabulary_files(cfg, features, vocabularies, fresh)
     moves += [(path, entry["file"]) for path, entry in files.values()]
+    output_dir.refuse_links_out(cfg.output, [rel for _, rel in moves])
     statistics = Statistics.from_json(stats.statistics_json(cfg.split_names)) if cfg.statistics else None
     schema = cfg.source.schema
     if schema is None:

@@ -81,8 +81,11 @@ class JobOptions:
         None, help="comma-separated columns to keep, in this order (default: all)", cli="text", parse=_columns
     )
     label: str | None = _option(None, help="the label column (image manifests: default 'label')")
-    splits: tuple = _option(
-        (("train", 1.0),), help="NAME=FRACTION,... (default: everything in 'train')", cli="text", parse=_splits
+    splits: tuple | None = _option(
+        None,
+        help="NAME=FRACTION,... (default: everything in 'train'; with --schema_from, that dataset's splits)",
+        cli="text",
+        parse=_splits,
     )
     split_key: str | None = _option(None, help="column whose value decides the split (default: the record content)")
     num_shards: int | None = _option(None, type=int, help="shards per split (default: planned from the input size)")

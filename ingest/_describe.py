@@ -13,6 +13,7 @@ from ingest.statistics import FeatureStatistics
 __all__ = ["describe", "plot"]
 
 _TOP_SHOWN = 3  # values per text feature in the table
+_VALUE_SHOWN = 40  # characters of a value in the table: a long text would push the table off the screen
 _MAX_PANELS = 24  # features plotted; more would make each panel unreadable
 _BARS = 10  # values per text panel
 _BINS = 30  # bars per number histogram
@@ -51,9 +52,14 @@ def _kind(f: contract.FeatureSpec) -> str:
 
 def _tops(s: FeatureStatistics) -> str:
     total = s.values or s.count
-    shown = ", ".join(f"{t.value!r} {percent(t.count, total)}" for t in s.top[:_TOP_SHOWN])
+    shown = ", ".join(f"{_shown(t.value)} {percent(t.count, total)}" for t in s.top[:_TOP_SHOWN])
     more = "" if s.distinct is None or s.distinct <= _TOP_SHOWN else ", ..."
     return shown + more
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= _VALUE_SHOWN else text[: _VALUE_SHOWN - 1] + "…"
 
 
 def _table(rows: list, columns: list) -> str:

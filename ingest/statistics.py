@@ -49,7 +49,9 @@ class FeatureStatistics:
     distinct: int | None = None
     distinct_exact: bool | None = None  # False: HyperLogLog estimate, within 2%
     top: tuple = ()  # ValueCount, most frequent first (ties: larger value first), up to 1,000
-    top_exact: bool | None = None  # False: frequent-items estimates (no false positives)
+    # False: frequent-items estimates (no false positives), or a text value over 256 characters
+    # stored cut (its first 255 and '…'): no vocabulary then
+    top_exact: bool | None = None
     length: Lengths | None = None  # text and bytes values
     list_length: Lengths | None = None  # list features
 

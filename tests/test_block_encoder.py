@@ -206,3 +206,14 @@ def test_the_runtime_parser_reads_what_the_encoder_writes():
     assert values["fixed"].numpy().tolist() == [[i, -i] for i in range(n)]
     assert values["tags"].to_list() == [[] if i == 3 else [b"t"] * (i % 3) for i in range(n)]
     assert presence["tags"].numpy().tolist() == [i != 3 for i in range(n)]
+
+
+def test_a_null_element_of_a_present_fixed_size_list_is_refused_not_filled():
+    def fixed(values):  # three rows of two, the last missing
+        return [
+            ("f", "int64", pa.FixedSizeListArray.from_arrays(pa.array(values), 2, mask=pa.array([False, False, True])))
+        ]
+
+    encode_blocks(fixed([1, 2, 3, 4, None, None]), 3, 2)  # a missing row's slots may hold nulls
+    with pytest.raises(ValueError, match=r"column 'f': lists must not contain null elements"):
+        encode_blocks(fixed([1, 2, 3, None, 5, 6]), 3, 2)

@@ -71,6 +71,28 @@ def test_delimiter_and_custom_null_markers(tmp):
     assert "v" not in rows[1] and rows[2]["v"] == [7]
 
 
+@pytest.mark.parametrize("delimiter, flag", [(";", "';'"), ("\t", "tab"), ("|", "'|'")])
+def test_a_header_holding_another_delimiter_is_refused_naming_the_flag(tmp, delimiter, flag):
+    # Read with ',' it was one text column named 'a;b;c', every row one cell.
+    src = write_text(tmp / "in" / "a.csv", delimiter.join(["a", "b", "c"]) + "\n" + delimiter.join("123") + "\n")
+    with pytest.raises(ValueError, match=rf"a\.csv: .*header is one column, .*holds 2 .*pass --delimiter {flag}"):
+        run_convert("--source", "csv", "--input", src, "--output", tmp / "out")
+    assert not os.path.exists(tmp / "out")
+    info = run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--delimiter", flag.strip("'"))
+    assert [f.name for f in info.features] == ["a", "b", "c"] and read_examples(tmp / "out") == [
+        {"a": [1], "b": [2], "c": [3]}
+    ]
+    # Given explicitly, ',' keeps the one column.
+    info = run_convert("--source", "csv", "--input", src, "--output", tmp / "one", "--delimiter", ",")
+    assert [f.name for f in info.features] == [delimiter.join(["a", "b", "c"])]
+
+
+def test_a_tab_delimiter_is_accepted_as_backslash_t(tmp):
+    src = write_text(tmp / "in" / "a.tsv", "a\tb\n1\t2\n")
+    run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--delimiter", "\\t")
+    assert read_examples(tmp / "out") == [{"a": [1], "b": [2]}]
+
+
 def test_given_schema_and_column_flags_override_inference(tmp):
     src = write_text(tmp / "in" / "a.csv", "zip,n,x\n00123,1,2\n04567,2,3\n")
     schema = write_text(tmp / "schema.json", json.dumps({"columns": {"zip": "string"}}))
@@ -178,6 +200,25 @@ def test_a_directory_as_input_suggests_the_pattern_of_its_files(tmp):
     write_text(tmp / "in" / "a.csv", "a\n1\n")
     with pytest.raises(ConversionError, match=r"matches .*in, a directory; give a pattern .* --input '.*in/\*\.csv'"):
         run_convert("--source", "csv", "--input", tmp / "in", "--output", tmp / "out")
+    assert not os.path.exists(tmp / "out")
+
+
+def test_a_glob_matching_a_dangling_symlink_or_a_directory_is_refused_naming_it(tmp):
+    # Beam's listing leaves both out without a word: "converting 1 csv file(s)", exit 0.
+    write_text(tmp / "in" / "a.csv", "a\n1\n")
+    os.symlink(tmp / "moved" / "b.csv", tmp / "in" / "b.csv")
+    with pytest.raises(ConversionError, match=r"matches .*in/b\.csv, a dangling symlink \(to .*moved/b\.csv\)"):
+        run_convert("--source", "csv", "--input", tmp / "in" / "*.csv", "--output", tmp / "out")
+    with pytest.raises(ConversionError, match=r"matches .*in/b\.csv, a dangling symlink"):
+        run_convert("--source", "csv", "--input", tmp / "in" / "b.csv", "--output", tmp / "out")
+    os.remove(tmp / "in" / "b.csv")
+    os.makedirs(tmp / "in" / "archive")  # and Parquet input is listed as CSV is
+    os.makedirs(tmp / "in" / "old")
+    with pytest.raises(
+        ConversionError,
+        match=r"matches .*in/archive, a directory \(and 1 other path.*would skip.*--input '.*in/\*\.csv'",
+    ):
+        run_convert("--source", "parquet", "--input", tmp / "in" / "*", "--output", tmp / "out")
     assert not os.path.exists(tmp / "out")
 
 

@@ -491,3 +491,26 @@ def test_a_full_disk_names_the_path_and_the_fix(tmp):
         assert not os.path.exists(small / "out" / contract.METADATA_FILENAME)
     finally:
         subprocess.run(["umount", str(small)], check=True)
+
+
+@pytest.mark.parametrize("old_quarantine", [True, False])
+def test_overwrite_never_deletes_or_writes_through_a_symlinked_quarantine(tmp, old_quarantine):
+    # Its names are the job's own, but the folder leads out of --output: deleting the old
+    # quarantine would remove the user's file there, and the new one would be written there.
+    out = tmp / "out"
+    values = [1, 2, "x"] if old_quarantine else [1, 2, 3]
+    run_convert("--source", "csv", "--input", _csv(tmp, "v1", values), "--output", out, "--max_bad_fraction", "0.5")
+    os.makedirs(tmp / "elsewhere")
+    if old_quarantine:
+        os.rename(out / "quarantine" / "part-00000-of-00001.jsonl", tmp / "elsewhere" / "part-00000-of-00001.jsonl")
+        os.rmdir(out / "quarantine")
+    os.symlink(tmp / "elsewhere", out / "quarantine")
+    before = _snapshot(tmp / "elsewhere")
+    with pytest.raises(
+        ConversionError, match=r"out/quarantine is a link to .*elsewhere: .*nothing was deleted or written"
+    ):
+        run_convert(
+            "--source", "csv", "--input", _csv(tmp, "v2", [4, "y"]), "--output", out, "--overwrite",
+            "--max_bad_fraction", "0.9",
+        )  # fmt: skip
+    assert _snapshot(tmp / "elsewhere") == before and _values(out) == [v for v in values if v != "x"]

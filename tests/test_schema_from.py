@@ -465,3 +465,19 @@ def test_a_span_laid_out_otherwise_than_its_schema_is_warned_of(tmp, first_span,
         r"--layout rows --compression none: make_dataset will not read them as one",
         caplog.text,
     )
+
+
+def test_the_schemas_splits_are_carried_unless_splits_is_given(tmp):
+    # Without them a later span was silently train-only, and failed only when its eval split was read.
+    _csv(_span(tmp / "jan.csv", _days("2012/01", "2012/03")), tmp / "first", "--splits", "train=0.75,eval=0.25")
+    span = _span(tmp / "aug.csv", _august())
+    info = _csv(span, tmp / "carried", "--schema_from", tmp / "first")
+    assert info.options["splits"] == {"train": 0.75, "eval": 0.25}
+    assert [s.name for s in info.splits] == ["train", "eval"] and all(s.records > 0 for s in info.splits)
+    assert len(read_examples(tmp / "carried", "eval")) + len(read_examples(tmp / "carried")) == 31
+    info = _csv(span, tmp / "given", "--schema_from", tmp / "first", "--splits", "train=1.0")
+    assert [s.name for s in info.splits] == ["train"] and info.options["splits"] == {"train": 1.0}
+    # WriteDataset's keyword is the same declared option.
+    numbers = ("precipitation", "temp_max", "temp_min", "wind")
+    rows = [{c: float(d[c]) if c in numbers else d[c] for c in _COLUMNS} for d in _august()]
+    assert [s.name for s in _write(rows, tmp / "written", schema_from=str(tmp / "first")).splits] == ["train", "eval"]

@@ -443,3 +443,37 @@ def test_int64_quantiles_stay_exact_through_merges():
     values = 2**60 + 7 * rng.integers(0, 10**6, 300_000)
     got = _stats_of(np.array_split(values, 3), dtype="int64")
     assert set(got["quantiles"]) <= set(values.tolist())
+
+
+def test_long_text_values_are_stored_and_described_cut_not_whole(tmp):
+    # Whole, 100 KB values made a 40 MB dataset_info.json, and describe printed them.
+    cap = 256  # as docs/statistics.md says
+    long = [c * 100_000 for c in "abcd"]
+    table = pa.table({"doc": pa.array(long * 50 + ["short"] * 10), "n": pa.array(range(210))})
+    os.makedirs(tmp / "in")
+    pq.write_table(table, tmp / "in" / "a.parquet")
+    run_convert("--source", "parquet", "--input", tmp / "in" / "a.parquet", "--output", tmp / "ds")
+    assert os.path.getsize(tmp / "ds" / "dataset_info.json") < 100_000
+    st = ingest.load_info(str(tmp / "ds")).statistics.feature("doc")
+    assert (st.distinct, st.distinct_exact, st.length.max) == (5, True, 100_000)  # counted whole
+    assert [(t.value, t.count) for t in st.top] == [(c * (cap - 1) + "…", 50) for c in "dcba"] + [("short", 10)]
+    assert st.top_exact is False and st.vocabulary is None  # cut values are no vocabulary
+    assert cli.main(["describe", str(tmp / "ds")]) == 0
+    # Past the exact counts, the frequent-items sketch's values are cut too.
+    acc = feature_stats.FeatureStats("bytes", "text", False)
+    values = [f"{i:05d}".encode() * 100 for i in range(feature_stats.EXACT_VALUES + 1)] + [b"x" * 1000] * 50
+    acc.add(pa.array(values, pa.large_binary()), feature_stats.chunk_keys(len(values), [0]))
+    got = acc.to_json()
+    assert not got["distinct_exact"] and got["top"][0]["value"] == "x" * (cap - 1) + "…"
+    assert all(len(t["value"]) <= cap for t in got["top"])
+
+
+def test_describe_prints_a_long_value_cut(tmp, capsys):
+    table = pa.table({"doc": pa.array(["y" * 200] * 3 + ["z"])})
+    os.makedirs(tmp / "in")
+    pq.write_table(table, tmp / "in" / "a.parquet")
+    run_convert("--source", "parquet", "--input", tmp / "in" / "a.parquet", "--output", tmp / "ds")
+    capsys.readouterr()
+    assert cli.main(["describe", str(tmp / "ds")]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| doc |"))
+    assert re.search(r"'y{20,}…", row) and len(row) < 200

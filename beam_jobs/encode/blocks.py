@@ -102,6 +102,8 @@ def block_columns(
         if pa.types.is_fixed_size_list(arr.type):
             k = arr.type.list_size
             values = arr.values.slice(arr.offset * k, len(arr) * k)
+            if values.null_count and pc.any(pc.and_(pc.is_null(values), pa.array(np.repeat(present, k)))).as_py():
+                raise ValueError(f"column {name!r}: lists must not contain null elements")  # as the rows layout
             # A missing row's k slots hold whatever the writer left: its default instead.
             values = pc.if_else(pa.array(np.repeat(present, k)), values, pa.nulls(len(values), values.type))
             values, value_starts = _filled(values, dtype, default), starts * k

@@ -16,6 +16,7 @@ import dataclasses
 import json
 import logging
 import os
+import posixpath
 import re
 import shutil
 import socket
@@ -162,6 +163,27 @@ def refuse_undeletable(output: str, rels, *, listed_in: str) -> None:
                 "train-00000-of-00004.tfrecord.index, and quarantine/part-*.jsonl); the job deletes nothing it "
                 f"cannot prove it wrote, so nothing was deleted. Restore {listed_in} from the conversion that "
                 "wrote it, remove the entry, or choose another --output"
+            )
+    refuse_links_out(output, rels)
+
+
+def refuse_links_out(output: str, rels) -> None:
+    """Raises OutputError if a symlinked folder below a local `output` would lead one of
+    `rels` elsewhere: names alone do not keep a deletion or a write inside --output.
+
+    Only folders are resolved: a file that is itself a link is deleted or replaced as a
+    link, never through it."""
+    if not _is_local(output):
+        return  # object stores have no links
+    root = os.path.realpath(output)
+    for folder in sorted({posixpath.dirname(rel) for rel in rels} - {""}):
+        path = os.path.join(output, folder)
+        real = os.path.realpath(path)
+        if real != os.path.normpath(os.path.join(root, folder)):
+            raise OutputError(
+                f"{path} is a link to {real}: the job writes and deletes files only inside --output {output}, "
+                "never through a link out of it, so nothing was deleted or written; replace the link with a "
+                "folder (moving in the files it holds), or choose another --output"
             )
 
 
@@ -320,6 +342,7 @@ def _claim(output: str, overwrite: bool, job_id: str, stale_after_s: float, runn
     if current is not None:
         metadata_path = FileSystems.join(output, contract.METADATA_FILENAME)
         refuse_undeletable(output, dataset_files(current), listed_in=metadata_path)
+    refuse_links_out(output, [f"{contract.QUARANTINE_DIRNAME}/part"])  # where this job's quarantine will go
     dead = []
     for temp_dir, its_files in sorted(_temp_dirs(output, files).items()):
         marker = _marker(temp_dir, its_files)

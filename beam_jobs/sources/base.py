@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import glob
 import json
 import os
 import posixpath
@@ -180,12 +181,49 @@ def match_files(pattern: str) -> list:
     except Exception as e:
         raise storage_error("list", "--input", pattern, e) from e
     files = sorted((m.path, m.size_in_bytes) for r in results for m in r.metadata_list)
+    _refuse_unlisted(pattern, files)
     if not files:
         raise ConversionError(f"no files match --input {pattern}" + _glob_hint(pattern, "; it is a directory"))
     folders = [path for path, _ in files if os.path.isdir(path)]  # a local directory matches itself
     if folders:
         raise ConversionError(f"--input {pattern} matches {folders[0]}, a directory" + _glob_hint(folders[0]))
     return files
+
+
+def _refuse_unlisted(pattern: str, files: list) -> None:
+    """Refuses a local pattern that matches what Beam's listing leaves out without a word:
+    dangling symlinks (their size cannot be read), directories, sockets and pipes. Each
+    was most likely meant as input (a link whose target moved) or matched by a glob too wide."""
+    if "://" in pattern:
+        return
+    # A pattern that names a directory itself has its own error (match_files).
+    listed = {os.path.abspath(p) for p, _ in files} | ({os.path.abspath(pattern)} if os.path.isdir(pattern) else set())
+    skipped = [
+        p for p in sorted(glob.glob(pattern, recursive=True)) if os.path.abspath(p) not in listed and not _is_file(p)
+    ]
+    if not skipped:
+        return
+    first = skipped[0]
+    if os.path.islink(first) and not os.path.exists(first):
+        what, fix = f"a dangling symlink (to {os.readlink(first)})", "repair or remove the link"
+    elif os.path.isdir(first):
+        what, fix = "a directory", "remove it from the pattern's folder"
+    else:
+        what, fix = "not a regular file", "remove it from the pattern's folder"
+    ext = posixpath.splitext(files[0][0])[1] if files else ""
+    narrower = f" (e.g. --input '{FileSystems.join(os.path.dirname(pattern) or '.', '*' + ext)}')" if ext else ""
+    more = f" (and {len(skipped) - 1} other path(s) that are not files)" if len(skipped) > 1 else ""
+    raise ConversionError(
+        f"--input {pattern} matches {first}, {what}{more}, which the job would skip: {fix}, or give a pattern "
+        f"that matches files only{narrower}"
+    )
+
+
+def _is_file(path: str) -> bool:
+    try:
+        return os.path.isfile(path) and os.path.getsize(path) >= 0
+    except OSError:
+        return False
 
 
 def _glob_hint(pattern: str, prefix: str = "") -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from typing import Mapping
 
 import numpy as np
@@ -31,10 +32,13 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs._errors import ConversionError, is_denied, storage_error
 from beam_jobs.output import directory as output_dir
+from beam_jobs.output import shard_plan
 from beam_jobs.sources import column_types
 from ingest import contract
 
 __all__ = ["CarriedSchema", "of_options", "load", "describe", "fit_column", "unknown_labels"]
+
+logger = logging.getLogger(__name__)
 
 # The classes an unknown-label reason lists; a longer list ends with how many there are.
 _CLASSES_SHOWN = 20
@@ -52,6 +56,8 @@ class CarriedSchema:
     # How that dataset's records are laid out: (layout, block_rows, compression). Not carried
     # (a span may be written otherwise on purpose), but spans that differ are not read as one.
     storage: tuple = ()
+    # ((split, fraction), ...) that dataset was split by: the default of a span's --splits.
+    splits: tuple = ()
     # {feature: its vocabulary, a tuple of str}: a value's id never changes from span to span.
     vocabularies: Mapping = dataclasses.field(default_factory=dict)
 
@@ -157,8 +163,11 @@ def load(dataset: str) -> CarriedSchema:
         )
     job = info.source.get("job")
     storage = (info.layout, info.block_rows, info.compression)
+    splits = _recorded_splits(info, dataset)
     vocabularies = {name: _vocabulary(dataset, v["file"]) for name, v in info.vocabularies.items()}
-    return CarriedSchema(dataset, tuple(info.features), info.label, tuple(info.labels), job, storage, vocabularies)
+    return CarriedSchema(
+        dataset, tuple(info.features), info.label, tuple(info.labels), job, storage, splits, vocabularies
+    )
 
 
 def _vocabulary(dataset: str, rel: str) -> tuple:
@@ -170,6 +179,24 @@ def _vocabulary(dataset: str, rel: str) -> tuple:
             f"--schema_from {dataset}: its vocabulary file {path} cannot be read ({e}); copy it along with the "
             "dataset, or reconvert that dataset"
         ) from e
+
+
+def _recorded_splits(info: contract.DatasetInfo, dataset: str) -> tuple:
+    """The splits a dataset's conversion recorded (`options.splits`); () if it recorded none."""
+    recorded = info.options.get("splits")
+    if recorded is None:
+        return ()
+    try:
+        return tuple(shard_plan.parse_splits(",".join(f"{k}={v}" for k, v in dict(recorded).items())).items())
+    except (TypeError, ValueError) as e:
+        logger.warning(
+            "--schema_from %s: its %s records splits %r, which are not valid (%s): not carried; pass --splits",
+            dataset,
+            contract.METADATA_FILENAME,
+            recorded,
+            e,
+        )
+        return ()
 
 
 def _exists(path: str) -> bool:

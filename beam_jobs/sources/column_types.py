@@ -630,6 +630,8 @@ def canonical_arrow_column(arr: pa.Array, name: str, *, unfit: list | None = Non
     dtype, shape = arrow_dtype(name, arr.type)
     if pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_decode()
+    holes: dict = {}  # row -> the position of its first null element, for lists
+    size = None  # a fixed-size list's length
     if shape == ():
         out, bad = _scalar_to_canonical(arr, dtype, name)
         values, parents = arr, None
@@ -642,6 +644,7 @@ def canonical_arrow_column(arr: pa.Array, name: str, *, unfit: list | None = Non
         if bad is not None:  # a null list's slots hold no value
             bad &= np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), bool)[parents]
         out = pa.FixedSizeListArray.from_arrays(flat, size, mask=pc.is_null(arr))
+        holes = _null_elements(values, parents, np.arange(len(arr)) * size, arr)
     else:
         arr = arr.cast(pa.large_list(arr.type.value_type))
         if arr.offset:  # rebuilding from sliced offsets with a null mask is not supported
@@ -651,13 +654,16 @@ def canonical_arrow_column(arr: pa.Array, name: str, *, unfit: list | None = Non
         parents = np.repeat(np.arange(len(arr)), np.diff(offsets))
         flat, bad = _at_rows(lambda: _scalar_to_canonical(values, dtype, name), parents)
         out = pa.LargeListArray.from_arrays(arr.offsets, flat, mask=pc.is_null(arr))
-    if bad is None or not bad.any():
+        holes = _null_elements(values, parents, offsets[:-1], arr)
+    if (bad is None or not bad.any()) and not holes:
         return dtype, shape, out
-    which = np.flatnonzero(bad)
+    which = np.flatnonzero(bad) if bad is not None else np.zeros(0, np.int64)
     rows = which if parents is None else np.asarray(parents)[which]
     found = {}  # first unfit value of each row
     for value_index, row in zip(which.tolist(), rows.tolist()):
         found.setdefault(row, _unfit_reason(name, values[value_index].as_py()))
+    for row, position in holes.items():
+        found.setdefault(row, _null_element_reason(name, position, len_of=size))
     if unfit is None:
         row, reason = next(iter(found.items()))
         raise UnstorableValue(reason, row)
@@ -665,6 +671,30 @@ def canonical_arrow_column(arr: pa.Array, name: str, *, unfit: list | None = Non
     rows_bad = np.zeros(len(out), bool)
     rows_bad[list(found)] = True
     return dtype, shape, pc.if_else(pa.array(rows_bad), pa.nulls(len(out), out.type), out)
+
+
+def _null_elements(values: pa.Array, parents: np.ndarray, row_starts: np.ndarray, lists: pa.Array) -> dict:
+    """Row -> the position in its list of its first null element, over the rows whose list
+    is present (`row_starts[r]`: where row r's values start in `values`).
+
+    A tf.train.Example list has no null: writing the type's zero instead would store a
+    value the file does not hold, so the row is refused (a null list's slots hold nothing).
+    """
+    if not values.null_count:
+        return {}
+    present = np.asarray(lists.is_valid().to_numpy(zero_copy_only=False), bool)[parents]
+    holes = np.flatnonzero(np.asarray(values.is_null().to_numpy(zero_copy_only=False), bool) & present)
+    rows, first = np.unique(parents[holes], return_index=True)
+    return dict(zip(rows.tolist(), (holes[first] - row_starts[rows]).tolist()))
+
+
+def _null_element_reason(name: str, position: int, *, len_of: int | None) -> str:
+    where = f"element {position + 1}" + ("" if len_of is None else f" of {len_of}")
+    return (
+        f"column {name!r}: {where} of its list is null, and lists must not contain null elements "
+        "(a tf.train.Example list has no null): fill or drop the nulls in the input, or leave the "
+        "column out with --columns"
+    )
 
 
 def _at_rows(convert, parents):

@@ -44,7 +44,12 @@ class CsvSource(Source):
             help="column type: int64, float32 or string (repeatable)",
         )
         flag(group, "schema", help="JSON file mapping column names to types")
-        flag(group, "delimiter", default=",", help="CSV field delimiter")
+        flag(
+            group,
+            "delimiter",
+            default=None,  # ',' unless given: a header that reads as one column then names the one it holds
+            help="CSV field delimiter: one character, or tab (also written \\t); default ','",
+        )
         flag(
             group,
             "csv_split_mb",
@@ -85,7 +90,9 @@ class CsvSource(Source):
         nulls = tuple(dict.fromkeys([""] + [v for v in args.null_values.split(",")]))
         try:
             return readers.CsvFormat(
-                delimiter=args.delimiter, null_values=nulls, allow_quoted_newlines=args.allow_quoted_newlines
+                delimiter=readers.delimiter_of(args.delimiter),
+                null_values=nulls,
+                allow_quoted_newlines=args.allow_quoted_newlines,
             )
         except ValueError as e:
             raise ConversionError(str(e)) from e
@@ -101,6 +108,8 @@ class CsvSource(Source):
         given.update(column_types.parse_column_flags(args.column))
         csv = cls._format(args)
         names = first_mismatch(paths, lambda p: readers.read_csv_header(p, csv), "header")
+        if args.delimiter is None:
+            readers.refuse_other_delimiter(names, path=paths[0])
         unknown = [c for c in given if c not in names]
         if unknown:
             raise ConversionError(f"--column/--schema name {unknown}, which the input lacks; its columns: {names}")

@@ -101,8 +101,18 @@ def type_arrow_chunk(source: Source, path: str, chunk, types: dict) -> tuple:
 
 def _column_types(path: str, columns: list) -> dict:
     """Each column of a file -> (dtype, shape, holds binary) if it is in `columns`, else None."""
+    schema = readers.read_parquet_schema(path)
+    twice = sorted({n for n in schema.names if n in columns and schema.names.count(n) > 1})
+    if twice:
+        # Arrow reads neither of them by name ('Field "a" exists 2 times in schema').
+        others = [c for c in columns if c not in twice]
+        fix = f", or leave them out with --columns {','.join(others)}" if others else ""
+        raise ValueError(
+            f"input file {path} has column(s) {twice} more than once; column names must be unique: rename "
+            f"them in the file{fix}"
+        )
     out = {}
-    for field in readers.read_parquet_schema(path):
+    for field in schema:
         if field.name not in columns:
             out[field.name] = None
             continue

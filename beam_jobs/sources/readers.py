@@ -61,6 +61,35 @@ class CsvFormat:
             )
 
 
+_DELIMITER_NAMES = {"tab": "\t", "\\t": "\t"}  # a tab is awkward to type in a shell
+# Delimiters CSV exports use besides ',' (';' where ',' is the decimal mark), by preference.
+_OTHER_DELIMITERS = (";", "\t", "|")
+
+
+def delimiter_of(flag: str | None) -> str:
+    """--delimiter's value as one character: ',' when not given; 'tab' and '\\t' as a tab."""
+    if flag is None:
+        return ","
+    return _DELIMITER_NAMES.get(flag.lower(), flag)
+
+
+def refuse_other_delimiter(names: list, *, path: str) -> None:
+    """Refuses a header that the default ',' reads as one column holding another common
+    delimiter: converted, it would be one text column named 'a;b;c', each row one cell."""
+    if len(names) != 1:
+        return
+    counts = {d: names[0].count(d) for d in _OTHER_DELIMITERS}
+    found = max(_OTHER_DELIMITERS, key=lambda d: counts[d])  # the first of the most frequent
+    if not counts[found]:
+        return
+    spelled = "tab" if found == "\t" else repr(found)
+    raise ValueError(
+        f"input file {path}: with the default --delimiter ',' its header is one column, {names[0]!r:.120}, "
+        f"which holds {counts[found]} {spelled} character(s): pass --delimiter {spelled} to split it into "
+        "columns (or --delimiter ',' if it really is one column)"
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class BadRow:
     source: str

@@ -50,13 +50,15 @@ def _scalar_kind(v) -> str | None:
 def value_kind(v) -> str | None:
     """'int64', 'float32', 'text', 'binary', 'list of <kind>', 'list' (empty), or 'unsupported ...'."""
     if isinstance(v, (list, tuple, np.ndarray)):
-        kinds = {_scalar_kind(x) for x in v}
+        kinds = {_scalar_kind(x) for x in v} - {None}  # a None element quarantines its row (`_unfit`)
         if not kinds:
             return "list"
         if len(kinds) == 1 and None not in kinds and not next(iter(kinds)).startswith("unsupported"):
             return f"list of {next(iter(kinds))}"
         if kinds <= {"int64", "float32"}:
             return "list of float32"
+        if kinds <= {"text", "binary"}:
+            return "list of binary"  # both are bytes: str as UTF-8, the bytes as they are
         return "unsupported list of " + "/".join(sorted(str(k) for k in kinds))
     return _scalar_kind(v)
 
@@ -284,6 +286,12 @@ def _unfit(v, dtype: str, shape: tuple) -> str | None:
     if is_list != (shape != ()):
         return f"{v!r} is {'a list' if is_list else 'not a list'}, but the column holds {holds}"
     element = kind[len("list of ") :] if kind.startswith("list of ") else kind
+    if is_list and any(x is None for x in v):
+        where = next(i for i, x in enumerate(v) if x is None) + 1
+        return (
+            f"element {where} of its list is None, and lists must not contain null elements (a tf.train.Example "
+            "list has no null): drop or replace it in a Map before WriteDataset"
+        )
     if is_list and shape[0] is not None and len(v) != shape[0]:
         return f"{v!r:.80} holds {len(v)} value{'s' * (len(v) != 1)}, but the column holds {holds}"
     if kind == "list":

@@ -48,6 +48,10 @@ SAMPLE_SIZE = 32_768
 # exact (Keras lookups built from them equal `adapt()`'s).
 EXACT_VALUES = 10_000
 TOP_STORED = 1_000  # most frequent values written to the metadata (the whole vocabulary when it fits)
+# A text value longer than this is stored in `top` cut to this many characters, the last
+# one '…' (1,000 values of 100 KB made a 40 MB dataset_info.json); its top is then not
+# exact (`top_exact` false), so no vocabulary is built of cut values.
+TOP_VALUE_CHARS = 256
 _HLL_LG_K = 14  # relative standard error 0.8%, so `distinct` is within 2% at ~2.5 sigma
 _FREQUENT_LG_MAX = 13  # frequent-items map of 8192 slots: top counts within ~N/6000
 
@@ -237,6 +241,15 @@ def share_keys(features) -> None:
                 sample.pieces = [(values, same)]
 
 
+def _cut_long_values(top: list) -> tuple:
+    """-> (`top` with each text value longer than TOP_VALUE_CHARS cut, whether one was)."""
+    cut = False
+    for t in top:
+        if isinstance(t["value"], str) and len(t["value"]) > TOP_VALUE_CHARS:
+            t["value"], cut = t["value"][: TOP_VALUE_CHARS - 1] + "…", True
+    return top, cut
+
+
 class _Counts:
     """Value counts: exact (Arrow arrays, compacted lazily) until EXACT_VALUES distinct values.
 
@@ -336,7 +349,7 @@ class _Counts:
             import datasketches
 
             items = self.frequent.get_frequent_items(datasketches.frequent_items_error_type.NO_FALSE_POSITIVES)
-            top = [{"value": v, "count": int(est)} for v, est, _, _ in items[:TOP_STORED]]
+            top, _ = _cut_long_values([{"value": v, "count": int(est)} for v, est, _, _ in items[:TOP_STORED]])
             distinct = int(round(self.hll.get_estimate()))
             return {"distinct": distinct, "distinct_exact": False, "top": top, "top_exact": False}
         if self.values is None:
@@ -346,8 +359,8 @@ class _Counts:
         # Keras' lookup order: most frequent first, ties by the value (bytes), larger first.
         order = sorted(range(len(raw)), key=lambda i: (counts[i], raw[i]), reverse=True)[:TOP_STORED]
         values = _as_text(self.values) if text else raw
-        top = [{"value": values[i], "count": counts[i]} for i in order]
-        return {"distinct": len(raw), "distinct_exact": True, "top": top, "top_exact": True}
+        top, cut = _cut_long_values([{"value": values[i], "count": counts[i]} for i in order])
+        return {"distinct": len(raw), "distinct_exact": True, "top": top, "top_exact": not cut}
 
     def __getstate__(self):
         self._compact()
