@@ -443,6 +443,26 @@ def test_a_text_label_is_recorded_with_its_classes_and_yielded_as_class_ids(tmp)
     assert np.isfinite(history.history["loss"]).all()
 
 
+@pytest.mark.parametrize("classes", [1_001, 4_000])
+def test_a_text_label_past_the_stored_top_values_still_gets_every_class(tmp, classes):
+    import tensorflow as tf
+
+    import ingest
+
+    # Past the 1,000 values the statistics store, below the 10,000 counted exactly.
+    rows = [(i, f"c{i % classes:05d}") for i in range(classes + 500)]
+    src = write_text(tmp / "p.csv", "id,species\n" + "".join(f"{i},{s}\n" for i, s in rows))
+    info = run_convert("--source", "csv", "--input", src, "--output", tmp / "ds", "--label", "species")
+    stats = info.statistics.feature("species")
+    assert stats.distinct == classes and stats.distinct_exact and len(stats.top) == 1_000
+    assert info.labels == tuple(f"c{k:05d}" for k in range(classes)) and not info.warnings
+    got = {}
+    for features, y in ingest.make_dataset(str(tmp / "ds"), batch_size=512, shuffle=False):
+        assert y.dtype == tf.int64
+        got.update(zip(features["id"].numpy().tolist(), y.numpy().tolist()))
+    assert {i: info.labels[y] for i, y in got.items()} == dict(rows)
+
+
 def test_a_text_label_without_statistics_records_why_it_has_no_classes(tmp, caplog):
     import logging
 
