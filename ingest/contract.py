@@ -8,6 +8,7 @@ an incomplete dataset.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import re
@@ -543,6 +544,14 @@ class DatasetInfo:
         warnings = _typed(d, "warnings", list, "metadata", default=[])
         if not all(isinstance(x, str) for x in labels):
             raise ValueError(f"metadata.labels must be a list of strings, got {labels!r:.200}")
+        # Class i is labels[i]: a name listed twice has two ids, and the lookup table fails.
+        twice = sorted({x for x, n in collections.Counter(labels).items() if n > 1})
+        if twice:
+            raise ValueError(
+                f"metadata.labels lists class(es) {twice!r:.200} more than once (at positions "
+                f"{[i for i, x in enumerate(labels) if x == twice[0]]} for {twice[0]!r}): each class name must be "
+                "listed once"
+            )
         return cls(
             features=tuple(FeatureSpec.from_json(f, f"metadata.features[{i}]") for i, f in enumerate(features)),
             splits=tuple(SplitInfo.from_json(s, f"metadata.splits[{i}]") for i, s in enumerate(splits)),
