@@ -15,6 +15,7 @@ import dataclasses
 import logging
 
 from ingest import _info, contract
+from ingest.names import did_you_mean
 from ingest.statistics import FeatureStatistics, ValueCount
 
 __all__ = ["feature_space", "default_features"]
@@ -82,6 +83,7 @@ def feature_space(path: str, *, features=None, output_mode: str = "concat", spli
     keras = _keras()
     if features is None:
         features = default_features(info, stats, hashing_dim=kwargs.get("hashing_dim", 32))
+    _check_names(path, features, info, stats)
     space = keras.utils.FeatureSpace(features=features, output_mode=output_mode, **kwargs)
     for name in space._list_adaptable_preprocessors():
         if name not in stats:
@@ -94,6 +96,35 @@ def feature_space(path: str, *, features=None, output_mode: str = "concat", spli
     space.built = True
     space._sublayers_built = True
     return space
+
+
+# The spec names keras.utils.FeatureSpace takes as strings (FeatureSpace._standardize_feature).
+SPEC_NAMES = (
+    "float",
+    "float_normalized",
+    "float_rescaled",
+    "float_discretized",
+    "integer_categorical",
+    "integer_hashed",
+    "string_categorical",
+    "string_hashed",
+)
+
+
+def _check_names(path, features, info: contract.DatasetInfo, stats) -> None:
+    """Refuses a misspelt feature or spec name with the nearest one: Keras says only
+    'Invalid feature type', and a missing feature fails later with no hint."""
+    names = [f.name for f in info.features]
+    for name, spec in dict(features).items():
+        if name not in names:
+            raise ValueError(
+                f"feature {name!r}{did_you_mean(name, names)} is not a feature of {path}; features: {names}"
+            )
+        if isinstance(spec, str) and spec not in SPEC_NAMES:
+            raise ValueError(
+                f"feature {name!r}: {spec!r}{did_you_mean(spec, SPEC_NAMES)} is not a FeatureSpace type; "
+                f"the types: {', '.join(SPEC_NAMES)}"
+            )
 
 
 def _check_kind(name: str, layer, spec: contract.FeatureSpec) -> None:

@@ -166,6 +166,22 @@ def test_a_flag_that_is_neither_the_jobs_nor_beams_is_refused_before_anything_ru
     assert not os.path.exists(tmp / "out")
 
 
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--label", "specis"], r"--label 'specis' \(did you mean 'species'\?\) is not a column of the input"),
+        (["--label", "Species"], r"--label 'Species' \(did you mean 'species'\?\) is not a column"),
+        (["--columns", "bill_lenght"], r"--columns names \['bill_lenght'\] \(did you mean 'bill_length'\?\), which"),
+        (["--split_key", "island_"], r"--split_key 'island_' \(did you mean 'island'\?\) is not a column"),
+    ],
+)
+def test_a_misspelt_column_is_answered_with_the_nearest_name(tmp, argv, message):
+    src = write_text(tmp / "a.csv", "species,bill_length,island\nAdelie,39.1,Biscoe\n")
+    with pytest.raises(ConversionError, match=message):
+        run_convert("--source", "csv", "--input", src, "--output", tmp / "out", *argv)
+    assert not os.path.exists(tmp / "out")
+
+
 def test_beam_options_pass_and_the_summary_names_the_label(tmp, capsys):
     src = write_text(tmp / "a.csv", "a,b\n1,2\n3,4\n")
     run_convert("--source", "csv", "--input", src, "--output", tmp / "one", "--label", "b", "--job_name", "t1")

@@ -107,8 +107,23 @@ def test_discretization_boundaries_split_the_training_values_evenly(dataset):
 def test_errors_name_the_problem(dataset):
     with pytest.raises(ValueError, match=r"no statistics for split 'test'"):
         ingest.feature_space(dataset, features=_specs(), split="test")
-    with pytest.raises(ValueError, match=r"feature 'nope' has no statistics"):
+    with pytest.raises(ValueError, match=r"feature 'nope' is not a feature of .*features: \['price'"):
         ingest.feature_space(dataset, features={"nope": FeatureSpace.float_normalized()})
+
+
+def test_a_misspelt_feature_or_type_name_is_answered_with_the_nearest(dataset):
+    with pytest.raises(ValueError, match=r"feature 'prise' \(did you mean 'price'\?\) is not a feature of"):
+        ingest.feature_space(dataset, features={"prise": FeatureSpace.float_normalized()})
+    types = "float, float_normalized, float_rescaled, float_discretized, integer_categorical, integer_hashed, "
+    with pytest.raises(
+        ValueError,
+        match=rf"feature 'price': 'float_normalised' \(did you mean 'float_normalized'\?\) is not a FeatureSpace "
+        rf"type; the types: {types}string_categorical, string_hashed$",
+    ):
+        ingest.feature_space(dataset, features={"price": "float_normalised"})
+    # The names Keras takes are those listed: each builds.
+    space = ingest.feature_space(dataset, features={"price": "float_normalized", "city": "string_categorical"})
+    assert type(space.preprocessors["city"]).__name__ == "StringLookup"
 
 
 def test_a_spec_of_the_wrong_kind_names_the_feature(dataset):
