@@ -57,7 +57,15 @@ def default_features(info: contract.DatasetInfo, stats, *, hashing_dim: int = 32
     return specs
 
 
-def feature_space(path: str, *, features=None, output_mode: str = "concat", split: str | None = "train", **kwargs):
+def feature_space(
+    path: str,
+    *,
+    features=None,
+    output_mode: str = "concat",
+    split: str | None = "train",
+    summary: bool = False,
+    **kwargs,
+):
     """Returns a `keras.utils.FeatureSpace` adapted from the dataset's statistics.
 
     Args:
@@ -69,6 +77,8 @@ def feature_space(path: str, *, features=None, output_mode: str = "concat", spli
       output_mode: "concat" or "dict", as FeatureSpace.
       split: whose statistics to use (the training split, so evaluation data does not
         leak into preprocessing); None for all splits together.
+      summary: print a table of what each feature became (`summary_table`): its spec,
+        the dimensions it adds to the output, and why a default was picked.
       **kwargs: passed to FeatureSpace (crosses, crossing_dim, hashing_dim, ...).
     """
     info = _info.load_info(path)
@@ -81,6 +91,7 @@ def feature_space(path: str, *, features=None, output_mode: str = "concat", spli
         raise ValueError(f"{path} has no statistics for split {split!r}; splits: {sorted(info.statistics.splits)}")
     stats = info.statistics.of(split)
     keras = _keras()
+    picked = features is None
     if features is None:
         features = default_features(info, stats, hashing_dim=kwargs.get("hashing_dim", 32))
     _check_names(path, features, info, stats)
@@ -95,7 +106,66 @@ def feature_space(path: str, *, features=None, output_mode: str = "concat", spli
     space.get_encoded_features()
     space.built = True
     space._sublayers_built = True
+    if summary:
+        print(summary_table(space, info, stats, picked=picked))
     return space
+
+
+# A spec's name as FeatureSpace takes it in `features=` (SPEC_NAMES), by its preprocessing layer.
+_SPEC_OF_LAYER = {
+    "Normalization": "float_normalized",
+    "Discretization": "float_discretized",
+    "Rescaling": "float_rescaled",
+    "StringLookup": "string_categorical",
+    "IntegerLookup": "integer_categorical",
+}
+
+
+def _spec_name(feature) -> str:
+    layer = type(feature.preprocessor).__name__
+    if layer == "Hashing":
+        return "string_hashed" if feature.dtype == "string" else "integer_hashed"
+    return _SPEC_OF_LAYER.get(layer, "float" if layer == "Identity" else layer)
+
+
+def _values(s: FeatureStatistics | None) -> str:
+    if s is None or s.distinct is None:
+        return "not counted"  # floats, and ints past the exact count
+    return f"{s.distinct:,}" if s.distinct_exact else f"~{s.distinct:,}"
+
+
+def _why(spec: str, s: FeatureStatistics | None, dims: int) -> str:
+    """Why `default_features` picked `spec`, in its own terms."""
+    if spec in ("string_categorical", "integer_categorical"):
+        return f"at most {ONE_HOT_MAX} values: one-hot"
+    if spec.endswith("_hashed"):
+        return f"more than {ONE_HOT_MAX} values: hashed into {dims} bins"
+    if s is not None and s.distinct is not None:
+        return f"more than {ONE_HOT_MAX} values: a number"
+    return "a number"
+
+
+def summary_table(space, info: contract.DatasetInfo, stats, *, picked: bool = True) -> str:
+    """One row per feature of an adapted `space`: its distinct values, the spec it got (as
+    `features=` takes it by name), the output dimensions it adds and, where
+    `default_features` picked it (`picked`), why; the total last. A few-valued int column
+    one-hot encoded adds its number of values plus one: the table shows where the width of
+    the output comes from, and `features=` with another spec changes it. Values are
+    counted as make_dataset delivers them, a missing one as the feature's default."""
+    from ingest._describe import _table
+
+    rows, total = [], 0
+    for name, feature in space.features.items():
+        encoder = space.one_hot_encoders.get(name)
+        dims = int(encoder.num_tokens) if encoder is not None else 1
+        total += dims
+        spec = _spec_name(feature)
+        s = stats.get(name)
+        s = None if s is None else _with_fill(s, info.feature(name))
+        why = _why(spec, s, dims) if picked else "given"
+        rows.append({"feature": name, "values": _values(s), "spec": spec, "dims": f"{dims:,}", "why": why})
+    rows.append({"feature": f"total ({len(rows)} features)", "dims": f"{total:,}"})
+    return _table(rows, ["feature", "values", "spec", "dims", "why"])
 
 
 # The spec names keras.utils.FeatureSpace takes as strings (FeatureSpace._standardize_feature).
