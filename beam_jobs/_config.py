@@ -10,6 +10,7 @@ from beam_jobs._job_options import DEFAULT_BLOCK_ROWS, RECORDED, JobOptions
 from beam_jobs.output import shard_plan
 from beam_jobs.sources import Source
 from ingest import contract
+from ingest.names import did_you_mean
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +86,9 @@ class JobConfig:
             types, binary = schema.types, schema.binary
         for what, column in (("label", self.label), ("split_key", self.split_key)):
             if column is not None and column not in types:
-                raise ConversionError(f"the {what} column {column!r} is not among the columns: {list(types)}")
+                raise ConversionError(
+                    f"the {what} column {column!r}{did_you_mean(column, types)} is not among the columns: {list(types)}"
+                )
         return Decided(types, frozenset(binary), self.shard_counts(type_counts))
 
     def shard_counts(self, type_counts) -> tuple:

@@ -172,7 +172,7 @@ def _commit_plan(
     statistics = Statistics.from_json(stats.statistics_json(cfg.split_names)) if cfg.statistics else None
     schema = cfg.source.schema
     if schema is None:
-        classes, label_warnings = _label_classes(cfg.label, features, statistics)
+        classes, label_warnings = _label_classes(cfg.label, features, statistics, stats)
     else:
         classes, label_warnings = _carried_classes(cfg.label, features, schema)
     info = contract.DatasetInfo(
@@ -230,13 +230,15 @@ def _vocabulary_files(cfg: JobConfig, features: tuple, vocabularies: dict, fresh
     return files, tuple(warnings)
 
 
-def _label_classes(label: str | None, features: tuple, statistics: Statistics | None) -> tuple:
+def _label_classes(label: str | None, features: tuple, statistics: Statistics | None, stats) -> tuple:
     """A text label's classes, sorted (the runtime yields each as its index), from its exact
-    statistics; and the warning to record where they cannot be had."""
+    counts (`stats`, the conversion's: the metadata's statistics keep the 1,000 most frequent
+    values only, and a label of up to EXACT_VALUES classes has them all); and the warning to
+    record where they cannot be had."""
     spec = next((f for f in features if f.name == label), None)
     if spec is None or not (spec.text and spec.is_scalar):
         return (), ()
-    vocabulary = statistics.feature(label).vocabulary if statistics is not None else None
+    vocabulary = stats.distinct_values(label) if statistics is not None else None
     if vocabulary is None:
         why = "--no_statistics" if statistics is None else "more distinct values than are counted exactly"
         return (), (f"text label {label!r}: its classes are not recorded ({why}); make_dataset yields it as text",)

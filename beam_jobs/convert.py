@@ -12,7 +12,6 @@ Flags follow Beam's spelling (`--num_shards`); dashed forms (`--num-shards`) wor
 from __future__ import annotations
 
 import argparse
-import difflib
 import logging
 import sys
 import time
@@ -30,6 +29,7 @@ from beam_jobs.output import directory as output_dir
 from beam_jobs.sources import ADAPTER_FOR_FORMAT, carried_schema
 from beam_jobs.sources.base import flag
 from ingest import contract
+from ingest.names import did_you_mean
 
 __all__ = ["main", "run", "build_parser", "refuse_unknown_flags", "ConversionError"]
 
@@ -76,7 +76,8 @@ def make_config(args, pipeline_options: PipelineOptions | None = None) -> JobCon
         source = source.carrying(schema, selected=opts.columns is not None)
     if opts.split_key is not None and opts.split_key not in source.columns:
         raise ConversionError(
-            f"--split_key {opts.split_key!r} is not a feature of the records; features: {list(source.columns)}"
+            f"--split_key {opts.split_key!r}{did_you_mean(opts.split_key, source.columns)} is not a feature of "
+            f"the records; features: {list(source.columns)}"
         )
     label = source.fixed_label or (schema.label if schema is not None else opts.label)
     return JobConfig.of(opts, source, tmp_dir=opts.claim_output(), label=label)
@@ -118,9 +119,8 @@ def refuse_unknown_flags(beam_args: list, parser: argparse.ArgumentParser) -> No
     if not flags:
         raise ConversionError(f"unexpected argument {unknown[0]!r}: every value follows its flag (see --help)")
     known = [o for p in (parser, beam_parsers[0]) for a in p._actions for o in a.option_strings]
-    close = difflib.get_close_matches(flags[0], known, n=1)
     raise ConversionError(
-        f"unknown flag {flags[0]}" + (f" (did you mean {close[0]}?)" if close else "") + ": it is neither a "
+        f"unknown flag {flags[0]}{did_you_mean(flags[0], known, quote=str)}: it is neither a "
         "flag of python -m beam_jobs.convert (see --help) nor a Beam pipeline option"
     )
 

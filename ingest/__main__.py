@@ -15,6 +15,7 @@ import os
 import sys
 
 from ingest import _optional
+from ingest.names import did_you_mean
 
 
 def _load_callable(spec: str):
@@ -115,7 +116,7 @@ def main(argv=None) -> int:
         type=int,
         help="how often to report to the dispatcher; keep well under its --worker_timeout_ms",
     )
-    args = p.parse_args(argv)
+    args = _parse(p, {"diagnose": d, "describe": desc, "compare": cmp, "dispatcher": disp, "worker": work}, argv)
     if args.command == "compare":  # its exit 1 means drift, so it reports errors itself, with 2
         return _compare(args)
     try:
@@ -150,6 +151,21 @@ def main(argv=None) -> int:
         return 1
     print(result.report())
     return 0
+
+
+def _parse(parser: argparse.ArgumentParser, commands: dict, argv) -> argparse.Namespace:
+    """`parser.parse_args`, where an unknown flag is named with the nearest of its command's
+    flags (argparse says only 'unrecognized arguments'); exits with 2, as argparse does."""
+    args, unknown = parser.parse_known_args(argv)
+    if not unknown:
+        return args
+    command = commands.get(getattr(args, "role", None) or args.command, parser)
+    flags = [a.split("=", 1)[0] for a in unknown if a.startswith("-")]
+    if not flags:
+        command.error(f"unrecognized arguments: {' '.join(unknown)}")
+    known = [o for a in command._actions for o in a.option_strings if o.startswith("--")]
+    listed = [a.option_strings[-1 if a.option_strings[0] == "-h" else 0] for a in command._actions if a.option_strings]
+    command.error(f"unknown flag {flags[0]}{did_you_mean(flags[0], known, quote=str)}; its flags: {', '.join(listed)}")
 
 
 def _describe(args) -> int:

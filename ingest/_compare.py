@@ -24,6 +24,7 @@ import numpy as np
 
 from ingest import contract
 from ingest._feature_space import ONE_HOT_MAX
+from ingest.names import nearest
 from ingest.statistics import FeatureStatistics, Statistics
 
 __all__ = ["compare", "DriftReport", "DriftRow", "jensen_shannon", "l_infinity"]
@@ -452,7 +453,11 @@ def compare(
     thresholds = dict(thresholds or {})
     unknown = [n for n in thresholds if n not in names]
     if unknown:
-        raise ValueError(f"thresholds name feature(s) {unknown} that neither dataset has; features: {names}")
+        near = nearest(unknown[0], names)
+        raise ValueError(
+            f"thresholds name feature(s) {unknown} that neither dataset has; features: {names}"
+            + (f"; {unknown[0]!r}: did you mean {near!r}?" if near else "")
+        )
     own = {n: _check_threshold(f"thresholds[{n!r}]", v) for n, v in thresholds.items()}
     results = [_compare_feature(n, base, cur, limits, own.get(n)) for n in names]
     order = sorted(range(len(results)), key=lambda i: (not results[i][0].drifted, -results[i][1], i))

@@ -15,6 +15,7 @@ import dataclasses
 import logging
 
 from ingest import _info, contract
+from ingest.names import did_you_mean
 from ingest.statistics import FeatureStatistics, ValueCount
 
 __all__ = ["feature_space", "default_features"]
@@ -66,6 +67,7 @@ def feature_space(
     output_mode: str = "concat",
     split: str | None = "train",
     text: str = "strings",
+    summary: bool = False,
     **kwargs,
 ):
     """Returns a `keras.utils.FeatureSpace` adapted from the dataset's statistics.
@@ -83,6 +85,8 @@ def feature_space(
         `text`: "strings", or "ids" (then each text feature is an int64 feature of its
         vocabulary's ids: few-valued ones one-hot by `integer_categorical`, the others
         hashed by `integer_hashed`).
+      summary: print a table of what each feature became (`summary_table`): its spec,
+        the dimensions it adds to the output, and why a default was picked.
       **kwargs: passed to FeatureSpace (crosses, crossing_dim, hashing_dim, ...).
     """
     info = _info.load_info(path)
@@ -100,8 +104,10 @@ def feature_space(
     if text == "ids":
         info, stats, ids = _as_ids(info, stats)
     keras = _keras()
+    picked = features is None
     if features is None:
         features = default_features(info, stats, hashing_dim=kwargs.get("hashing_dim", 32), ids=ids)
+    _check_names(path, features, info, stats)
     space = keras.utils.FeatureSpace(features=features, output_mode=output_mode, **kwargs)
     for name in space._list_adaptable_preprocessors():
         if name not in stats:
@@ -113,6 +119,8 @@ def feature_space(
     space.get_encoded_features()
     space.built = True
     space._sublayers_built = True
+    if summary:
+        print(summary_table(space, info, stats, picked=picked))
     return space
 
 
@@ -134,6 +142,92 @@ def _as_ids(info: contract.DatasetInfo, stats: dict) -> tuple:
             top = tuple(ValueCount(id_of.get(t.value, 0), t.count) for t in s.top)
             out[f.name] = dataclasses.replace(s, top=top)
     return dataclasses.replace(info, features=tuple(features), vocabularies={}), out, frozenset(ids)
+
+
+# A spec's name as FeatureSpace takes it in `features=` (SPEC_NAMES), by its preprocessing layer.
+_SPEC_OF_LAYER = {
+    "Normalization": "float_normalized",
+    "Discretization": "float_discretized",
+    "Rescaling": "float_rescaled",
+    "StringLookup": "string_categorical",
+    "IntegerLookup": "integer_categorical",
+}
+
+
+def _spec_name(feature) -> str:
+    layer = type(feature.preprocessor).__name__
+    if layer == "Hashing":
+        return "string_hashed" if feature.dtype == "string" else "integer_hashed"
+    return _SPEC_OF_LAYER.get(layer, "float" if layer == "Identity" else layer)
+
+
+def _values(s: FeatureStatistics | None) -> str:
+    if s is None or s.distinct is None:
+        return "not counted"  # floats, and ints past the exact count
+    return f"{s.distinct:,}" if s.distinct_exact else f"~{s.distinct:,}"
+
+
+def _why(spec: str, s: FeatureStatistics | None, dims: int) -> str:
+    """Why `default_features` picked `spec`, in its own terms."""
+    if spec in ("string_categorical", "integer_categorical"):
+        return f"at most {ONE_HOT_MAX} values: one-hot"
+    if spec.endswith("_hashed"):
+        return f"more than {ONE_HOT_MAX} values: hashed into {dims} bins"
+    if s is not None and s.distinct is not None:
+        return f"more than {ONE_HOT_MAX} values: a number"
+    return "a number"
+
+
+def summary_table(space, info: contract.DatasetInfo, stats, *, picked: bool = True) -> str:
+    """One row per feature of an adapted `space`: its distinct values, the spec it got (as
+    `features=` takes it by name), the output dimensions it adds and, where
+    `default_features` picked it (`picked`), why; the total last. A few-valued int column
+    one-hot encoded adds its number of values plus one: the table shows where the width of
+    the output comes from, and `features=` with another spec changes it. Values are
+    counted as make_dataset delivers them, a missing one as the feature's default."""
+    from ingest._describe import _table
+
+    rows, total = [], 0
+    for name, feature in space.features.items():
+        encoder = space.one_hot_encoders.get(name)
+        dims = int(encoder.num_tokens) if encoder is not None else 1
+        total += dims
+        spec = _spec_name(feature)
+        s = stats.get(name)
+        s = None if s is None else _with_fill(s, info.feature(name))
+        why = _why(spec, s, dims) if picked else "given"
+        rows.append({"feature": name, "values": _values(s), "spec": spec, "dims": f"{dims:,}", "why": why})
+    rows.append({"feature": f"total ({len(rows)} features)", "dims": f"{total:,}"})
+    return _table(rows, ["feature", "values", "spec", "dims", "why"])
+
+
+# The spec names keras.utils.FeatureSpace takes as strings (FeatureSpace._standardize_feature).
+SPEC_NAMES = (
+    "float",
+    "float_normalized",
+    "float_rescaled",
+    "float_discretized",
+    "integer_categorical",
+    "integer_hashed",
+    "string_categorical",
+    "string_hashed",
+)
+
+
+def _check_names(path, features, info: contract.DatasetInfo, stats) -> None:
+    """Refuses a misspelt feature or spec name with the nearest one: Keras says only
+    'Invalid feature type', and a missing feature fails later with no hint."""
+    names = [f.name for f in info.features]
+    for name, spec in dict(features).items():
+        if name not in names:
+            raise ValueError(
+                f"feature {name!r}{did_you_mean(name, names)} is not a feature of {path}; features: {names}"
+            )
+        if isinstance(spec, str) and spec not in SPEC_NAMES:
+            raise ValueError(
+                f"feature {name!r}: {spec!r}{did_you_mean(spec, SPEC_NAMES)} is not a FeatureSpace type; "
+                f"the types: {', '.join(SPEC_NAMES)}"
+            )
 
 
 def _check_kind(name: str, layer, spec: contract.FeatureSpec) -> None:

@@ -18,6 +18,7 @@ import tensorflow as tf
 from ingest import _service, _spans, contract
 from ingest._info import load_spans
 from ingest._options import ImageOptions, ReadOptions
+from ingest.names import did_you_mean
 
 __all__ = ["Request", "build", "image_options"]
 
@@ -349,7 +350,7 @@ def _split_of(info: contract.DatasetInfo, path, split: str) -> contract.SplitInf
     try:
         split_info = info.split(split)
     except KeyError as e:
-        raise ValueError(e.args[0]) from None
+        raise ValueError(e.args[0] + did_you_mean(split, [s.name for s in info.splits])) from None
     if split_info.records == 0:
         others = [f"{s.name} ({s.records} records)" for s in info.splits if s.records]
         raise ValueError(
@@ -367,7 +368,7 @@ def _label_of(info: contract.DatasetInfo, path, label) -> str | None:
     if label is False:
         return None
     if label not in names:
-        raise ValueError(f"label {label!r} is not a feature of {path}; features: {names}")
+        raise ValueError(f"label {label!r}{did_you_mean(label, names)} is not a feature of {path}; features: {names}")
     return label
 
 
@@ -381,7 +382,8 @@ def _selected_features(info: contract.DatasetInfo, path, features, label, image)
     selected = [features] if isinstance(features, str) else list(features)  # "id": one name, not letters
     unknown = [f for f in selected if f not in names]
     if unknown:
-        raise ValueError(f"features {unknown} do not exist in {path}; features: {names}")
+        hint = did_you_mean(unknown[0], names)  # the first misspelling: the others are likely alike
+        raise ValueError(f"features {unknown}{hint} do not exist in {path}; features: {names}")
     if label is not None and label not in selected:
         selected.append(label)
     return selected
@@ -392,7 +394,9 @@ def _checked_pad_lengths(info: contract.DatasetInfo, selected: list, pad_lengths
     pad_lengths = dict(pad_lengths or {})
     for name in pad_lengths:
         if name not in names:
-            raise ValueError(f"pad_lengths names {name!r}, which is not a feature; features: {names}")
+            raise ValueError(
+                f"pad_lengths names {name!r}{did_you_mean(name, names)}, which is not a feature; features: {names}"
+            )
     if static_shapes:
         for f in info.features:
             if f.name in selected and f.is_variable_length and f.name not in pad_lengths and f.max_length is None:

@@ -10,6 +10,7 @@ statistics merged as if the rows had been converted together.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 
@@ -68,7 +69,59 @@ def spans(root, *, last: int | None = None) -> list:
             f"no converted dataset under {root}: each span is a directory that a conversion wrote "
             f"(holding {contract.METADATA_FILENAME}), e.g. {root}/2026-11-25"
         )
-    return found[-last:] if last is not None else found
+    return _distinct(found, last)
+
+
+def _distinct(found: list, last: int | None) -> list:
+    """The `last` spans of `found` that are distinct datasets: a link to a span (`latest`) or a
+    copy of one (the same conversion's job id) is the span once, under its own name.
+
+    Only as many metadata files are read as it takes to find `last` distinct spans.
+    """
+    targets = {_real(p) for p in found if not _is_link(p)}
+    # A link whose target is a span of the list is that span: left out without reading anything.
+    links = [p for p in found if _is_link(p) and _real(p) in targets]
+    kept, by_job, twice = [], {}, [f"{p} (a link to {_real(p)})" for p in links]
+    for path in reversed([p for p in found if p not in links]):
+        if last is not None and len(kept) == last:
+            break
+        job = _job_of(path)
+        if job in by_job:  # the copy named later stands for the span under its first name
+            twice.append(f"{by_job[job]} (a copy of {path}: both were written by conversion {job})")
+            kept[kept.index(by_job[job])] = path
+            by_job[job] = path
+            continue
+        kept.append(path)
+        if job is not None:
+            by_job[job] = path
+    if twice:
+        logger.warning(
+            "spans that are a span already listed are left out (each span is read once): %s", "; ".join(twice)
+        )
+    return sorted(kept)
+
+
+def _is_link(path: str) -> bool:
+    return "://" not in path and os.path.islink(path)
+
+
+def _real(path: str) -> str:
+    """Where a path leads once its links are followed (object storage has none)."""
+    return _key(path) if "://" in path else os.path.realpath(path)
+
+
+def _job_of(path: str) -> str | None:
+    """The id of the conversion that wrote the dataset at `path`, from its metadata; None
+    where there is none (older conversions) or the file cannot be parsed (reading it says why)."""
+    import tensorflow as tf
+
+    try:
+        with tf.io.gfile.GFile(f"{path}/{contract.METADATA_FILENAME}", "rb") as f:
+            source = json.loads(f.read()).get("source")
+    except (ValueError, AttributeError, tf.errors.OpError):
+        return None
+    job = source.get("job") if isinstance(source, dict) else None
+    return job if isinstance(job, str) and job else None
 
 
 def resolve(path) -> tuple:
@@ -142,6 +195,7 @@ def merged(paths: tuple, infos: tuple) -> Spans:
     """One view of the datasets at `paths` (with their metadata), after checking they agree."""
     if len(paths) == 1:
         return Spans(paths[0], paths, infos, infos[0])
+    _check_distinct(paths, infos)
     _check_agree(paths, infos)
     root, relative = _common_root(paths)
     first = infos[0]
@@ -205,6 +259,21 @@ def _described(f: contract.FeatureSpec) -> str:
     shape = "scalar" if f.is_scalar else ("variable-length list" if f.is_variable_length else f"list of {f.shape[0]}")
     role = f", {f.role}" if f.role else ""
     return f"{f.dtype} {shape}" + (", text" if f.text else "") + f", default {f.default!r}{role}"
+
+
+def _check_distinct(paths: tuple, infos: tuple) -> None:
+    """Refuses one dataset reached under two names (a link to it, a copy of it): its rows
+    would be read twice an epoch and counted twice in the statistics."""
+    seen = {}
+    for path, info in zip(paths, infos):
+        job = str(info.source.get("job") or "")
+        for key, how in ((_real(path), f"both lead to {_real(path)}"), (job, f"both were written by conversion {job}")):
+            if key and key in seen:
+                raise ValueError(
+                    f"datasets {seen[key]} and {path} are the same dataset ({how}): its rows would be read twice "
+                    "an epoch. Leave one of them out (ingest.spans leaves out links to and copies of a span)"
+                )
+            seen[key] = path
 
 
 def _check_agree(paths: tuple, infos: tuple) -> None:

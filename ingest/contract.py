@@ -8,6 +8,7 @@ an incomplete dataset.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import re
@@ -329,9 +330,36 @@ class ShardInfo:
             if value is not None and value < 0:
                 raise ValueError(f"{where}.{key} must be >= 0, got {value}")
             counts[key] = value
+        # A block holds at least one row: more blocks than rows is a hand edit, and readers
+        # size arrays by the block count before any file is opened.
+        if counts["blocks"] is not None and counts["blocks"] > counts["records"]:
+            raise ValueError(
+                f"{where}.blocks is {counts['blocks']}, more than its {counts['records']} records: "
+                "a block holds at least one record"
+            )
         if index is not None and counts["blocks"] is None:
             raise ValueError(f"{where} has an index but no blocks: only shards of the blocks layout have one")
         return cls(filename, counts["records"], counts["bytes"], counts["blocks"], index)
+
+
+def _check_shard_counts(shard: ShardInfo, split: str, block_rows: int | None, compression: str) -> None:
+    """Refuses a shard whose counts contradict each other: readers size their block tables
+    and windows by them before reading the shard (a crafted count of 10**12 blocks crashed
+    the reading process)."""
+    where = f"split {split!r}, shard {shard.filename!r}"
+    if block_rows is not None and shard.blocks is not None:
+        # Every block holds block_rows rows but the last of its shard (docs/block_format.md).
+        expected = -(-shard.records // block_rows)
+        if shard.blocks != expected:
+            raise ValueError(
+                f"{where}: blocks is {shard.blocks}, but its {shard.records} records in blocks of block_rows="
+                f"{block_rows} make {expected}"
+            )
+    if compression == "none" and shard.bytes < _MIN_FRAME * shard.tfrecords:
+        raise ValueError(
+            f"{where}: bytes is {shard.bytes}, less than the {_MIN_FRAME * shard.tfrecords} its "
+            f"{shard.tfrecords} TFRecords take at {_MIN_FRAME} bytes each at least"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -450,6 +478,10 @@ class DatasetInfo:
             raise ValueError(
                 f"block_rows must be a positive number for the blocks layout only, got {self.block_rows!r}"
             )
+        # beam_jobs' MAX_BLOCK_ROWS (a test checks they agree): a reader holds a window of
+        # blocks in memory, sized by block_rows before it reads one.
+        if self.block_rows is not None and self.block_rows > 1 << 16:
+            raise ValueError(f"block_rows must be in [1, {1 << 16}] (the conversion's limit), got {self.block_rows}")
         if self.layout == "blocks" and any(s.blocks is None for split in self.splits for s in split.shards):
             raise ValueError("every shard of the blocks layout must give its number of blocks")
         for name, v in self.vocabularies.items():
@@ -459,6 +491,9 @@ class DatasetInfo:
             if not isinstance(v, Mapping) or not isinstance(v.get("file"), str) or not _is_int(v.get("size")):
                 raise ValueError(f"vocabularies[{name!r}] must be {{'file': path, 'size': n}}, got {v!r:.200}")
             _file_inside(v, "file", f"vocabularies[{name!r}]")
+        for split in self.splits:
+            for shard in split.shards:
+                _check_shard_counts(shard, split.name, self.block_rows, self.compression)
         indexed = [s.filename for split in self.splits for s in split.shards if s.index is not None]
         if indexed and (self.layout != "blocks" or self.compression != "none"):
             # A gzip shard's byte offsets are not its blocks' offsets: it is read as a stream.
@@ -550,6 +585,14 @@ class DatasetInfo:
         warnings = _typed(d, "warnings", list, "metadata", default=[])
         if not all(isinstance(x, str) for x in labels):
             raise ValueError(f"metadata.labels must be a list of strings, got {labels!r:.200}")
+        # Class i is labels[i]: a name listed twice has two ids, and the lookup table fails.
+        twice = sorted({x for x, n in collections.Counter(labels).items() if n > 1})
+        if twice:
+            raise ValueError(
+                f"metadata.labels lists class(es) {twice!r:.200} more than once (at positions "
+                f"{[i for i, x in enumerate(labels) if x == twice[0]]} for {twice[0]!r}): each class name must be "
+                "listed once"
+            )
         return cls(
             features=tuple(FeatureSpec.from_json(f, f"metadata.features[{i}]") for i, f in enumerate(features)),
             splits=tuple(SplitInfo.from_json(s, f"metadata.splits[{i}]") for i, s in enumerate(splits)),

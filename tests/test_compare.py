@@ -183,7 +183,9 @@ def test_statistics_and_dataset_info_compare_like_paths(full, windy):
 
 
 def test_an_unknown_feature_in_thresholds_is_named_with_the_features(full):
-    with pytest.raises(ValueError, match=r"\['wnd'\] that neither dataset has; features: \['date', "):
+    with pytest.raises(
+        ValueError, match=r"\['wnd'\] that neither dataset has; features: \['date', .*\]; 'wnd': did you mean 'wind'\?$"
+    ):
         compare(full, full, thresholds={"wnd": 0.2})
 
 
@@ -351,6 +353,19 @@ def test_cli_exits_2_with_one_error_line(full, capsys, args, message):
     captured = capsys.readouterr()
     assert captured.out == ""
     assert len(captured.err.splitlines()) == 1 and re.match(message, captured.err)
+
+
+@pytest.mark.parametrize(
+    "flag, nearest",
+    [("--thresold", "--threshold"), ("--numeric_treshold", "--numeric_threshold"), ("--plto", "--plot")],
+)
+def test_cli_names_the_nearest_flag_of_a_misspelt_one(capsys, flag, nearest):
+    with pytest.raises(SystemExit) as exit:  # before any dataset is read: none is there
+        cli.main(["compare", "nowhere/a", "nowhere/b", flag, "0.2"])
+    assert exit.value.code == 2
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert re.match(rf"ingest compare: error: unknown flag {flag} \(did you mean {nearest}\?\); its flags: ", last)
+    assert "--split, --current_split, --threshold," in last
 
 
 def test_cli_exits_2_for_a_dataset_that_is_not_there(full, tmp_path, capsys):

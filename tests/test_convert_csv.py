@@ -188,6 +188,22 @@ def test_a_flag_that_is_neither_the_jobs_nor_beams_is_refused_before_anything_ru
     assert not os.path.exists(tmp / "out")
 
 
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--label", "specis"], r"--label 'specis' \(did you mean 'species'\?\) is not a column of the input"),
+        (["--label", "Species"], r"--label 'Species' \(did you mean 'species'\?\) is not a column"),
+        (["--columns", "bill_lenght"], r"--columns names \['bill_lenght'\] \(did you mean 'bill_length'\?\), which"),
+        (["--split_key", "island_"], r"--split_key 'island_' \(did you mean 'island'\?\) is not a column"),
+    ],
+)
+def test_a_misspelt_column_is_answered_with_the_nearest_name(tmp, argv, message):
+    src = write_text(tmp / "a.csv", "species,bill_length,island\nAdelie,39.1,Biscoe\n")
+    with pytest.raises(ConversionError, match=message):
+        run_convert("--source", "csv", "--input", src, "--output", tmp / "out", *argv)
+    assert not os.path.exists(tmp / "out")
+
+
 def test_beam_options_pass_and_the_summary_names_the_label(tmp, capsys):
     src = write_text(tmp / "a.csv", "a,b\n1,2\n3,4\n")
     run_convert("--source", "csv", "--input", src, "--output", tmp / "one", "--label", "b", "--job_name", "t1")
@@ -482,6 +498,26 @@ def test_a_text_label_is_recorded_with_its_classes_and_yielded_as_class_ids(tmp)
     model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
     history = model.fit(ingest.make_dataset(str(tmp / "ds"), batch_size=32, features=["bill"]), epochs=2, verbose=0)
     assert np.isfinite(history.history["loss"]).all()
+
+
+@pytest.mark.parametrize("classes", [1_001, 4_000])
+def test_a_text_label_past_the_stored_top_values_still_gets_every_class(tmp, classes):
+    import tensorflow as tf
+
+    import ingest
+
+    # Past the 1,000 values the statistics store, below the 10,000 counted exactly.
+    rows = [(i, f"c{i % classes:05d}") for i in range(classes + 500)]
+    src = write_text(tmp / "p.csv", "id,species\n" + "".join(f"{i},{s}\n" for i, s in rows))
+    info = run_convert("--source", "csv", "--input", src, "--output", tmp / "ds", "--label", "species")
+    stats = info.statistics.feature("species")
+    assert stats.distinct == classes and stats.distinct_exact and len(stats.top) == 1_000
+    assert info.labels == tuple(f"c{k:05d}" for k in range(classes)) and not info.warnings
+    got = {}
+    for features, y in ingest.make_dataset(str(tmp / "ds"), batch_size=512, shuffle=False):
+        assert y.dtype == tf.int64
+        got.update(zip(features["id"].numpy().tolist(), y.numpy().tolist()))
+    assert {i: info.labels[y] for i, y in got.items()} == dict(rows)
 
 
 def test_a_text_label_without_statistics_records_why_it_has_no_classes(tmp, caplog):

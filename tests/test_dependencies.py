@@ -10,7 +10,9 @@ machine without it.
 from __future__ import annotations
 
 import json
+import os
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -213,3 +215,57 @@ def test_benchmarks_without_matplotlib_stop_before_any_work_with_the_install_com
         "Install it with: pip install 'ingest[plot]'"
     ) in proc.stderr
     assert list(tmp_path.iterdir()) == []  # no corpus generated, nothing converted
+
+
+# setuptools' editable install: a finder appended to sys.meta_path, after the path search.
+_EDITABLE_FINDER = """
+import importlib.util, sys
+
+class Editable:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name == "ingest":
+            return importlib.util.spec_from_file_location(name, {init!r}, submodule_search_locations=[{package!r}])
+
+sys.meta_path.append(Editable)
+"""
+
+
+def _script_beside_the_checkout(tmp_path, body: str, *, editable: bool) -> subprocess.CompletedProcess:
+    """Runs a script from a folder holding this checkout as `ingest/`, as a user's ~/code holds
+    their clone: Python puts the script's folder first on sys.path. -S leaves out site-packages
+    (and this environment's own install of ingest): what is installed is what the script says."""
+    (tmp_path / "ingest").symlink_to(REPO, target_is_directory=True)
+    finder = _EDITABLE_FINDER.format(init=str(REPO / "ingest" / "__init__.py"), package=str(REPO / "ingest"))
+    (tmp_path / "train.py").write_text((finder if editable else "") + textwrap.dedent(body))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run(
+        [sys.executable, "-S", "train.py"], capture_output=True, text=True, cwd=tmp_path, env=env, check=False
+    )
+
+
+def test_a_script_beside_the_checkout_imports_the_installed_package_not_the_checkout_folder(tmp_path):
+    proc = _script_beside_the_checkout(
+        tmp_path,
+        """
+        import ingest
+        from ingest import _optional  # a submodule of the package, found under its name
+        print(ingest.__file__, "load_info" in ingest.__all__, _optional.__file__)
+        """,
+        editable=True,
+    )
+    # The folder was an empty namespace package that shadowed the install: no load_info.
+    assert _last_line(proc) == f"{REPO / 'ingest' / '__init__.py'} True {REPO / 'ingest' / '_optional.py'}"
+
+
+def test_a_script_beside_a_checkout_that_is_not_installed_is_told_what_happened(tmp_path):
+    proc = _script_beside_the_checkout(tmp_path, "import ingest\ningest.load_info\n", editable=False)
+    assert proc.returncode == 1
+    checkout = re.escape(str(tmp_path / "ingest"))
+    assert re.fullmatch(
+        rf"ImportError: `import ingest` found {checkout}, an ingest checkout \(the repository's folder\), not the "
+        rf"ingest package: Python looks first in {re.escape(str(tmp_path))}, the folder of the running script .* "
+        rf"Install it \(pip install -e {checkout}\), or add {checkout} to PYTHONPATH, or run the script from another "
+        "folder",
+        proc.stderr.strip().splitlines()[-1],
+    )

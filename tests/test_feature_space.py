@@ -93,6 +93,30 @@ def test_default_specs_come_from_schema_and_statistics(dataset):
     assert out["city"].shape == (64, 7) and out["count"].shape == (64, 1)  # 6 words + out-of-vocabulary
 
 
+def test_the_summary_shows_each_features_spec_and_width_and_a_spec_overrides_it(dataset, capsys):
+    space = ingest.feature_space(dataset, summary=True)
+    table = capsys.readouterr().out
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:] for line in table.splitlines()[2:]}
+    # Levels 1-5, and 0 where a record has none (make_dataset fills the default); one more for unknowns.
+    levels = 5 + (ingest.load_info(dataset).statistics.feature("level", "train").missing > 0)
+    assert rows["level"] == [str(levels), "integer_categorical", str(levels + 1), "at most 100 values: one-hot |"]
+    assert rows["count"][1:] == ["float_normalized", "1", "more than 100 values: a number |"]
+    assert rows["city"][1:3] == ["string_categorical", "7"] and rows["price"][:3] == [
+        "not counted",
+        "float_normalized",
+        "1",
+    ]
+    # The widths add up to what the space outputs.
+    x, _ = next(iter(ingest.make_dataset(dataset, batch_size=4, split="train", num_epochs=1)))
+    width = space({k: x[k] for k in space.features}).shape[-1]
+    assert rows["total (4 features)"][2] == str(width) == str(1 + 1 + 7 + levels + 1)
+    # The spec column is what features= takes: one changed, the rest as picked.
+    specs = {name: row[1] for name, row in rows.items() if not name.startswith("total")}
+    other = ingest.feature_space(dataset, features={**specs, "level": "float_normalized"}, summary=True)
+    assert f"| level | {levels} | float_normalized | 1 | given |" in capsys.readouterr().out
+    assert other({k: x[k] for k in other.features}).shape[-1] == width - levels
+
+
 def test_discretization_boundaries_split_the_training_values_evenly(dataset):
     space = ingest.feature_space(dataset, features={"price": FeatureSpace.float_discretized(num_bins=4)})
     ds = ingest.make_dataset(dataset, batch_size=4096, split="train", num_epochs=1)
@@ -107,8 +131,23 @@ def test_discretization_boundaries_split_the_training_values_evenly(dataset):
 def test_errors_name_the_problem(dataset):
     with pytest.raises(ValueError, match=r"no statistics for split 'test'"):
         ingest.feature_space(dataset, features=_specs(), split="test")
-    with pytest.raises(ValueError, match=r"feature 'nope' has no statistics"):
+    with pytest.raises(ValueError, match=r"feature 'nope' is not a feature of .*features: \['price'"):
         ingest.feature_space(dataset, features={"nope": FeatureSpace.float_normalized()})
+
+
+def test_a_misspelt_feature_or_type_name_is_answered_with_the_nearest(dataset):
+    with pytest.raises(ValueError, match=r"feature 'prise' \(did you mean 'price'\?\) is not a feature of"):
+        ingest.feature_space(dataset, features={"prise": FeatureSpace.float_normalized()})
+    types = "float, float_normalized, float_rescaled, float_discretized, integer_categorical, integer_hashed, "
+    with pytest.raises(
+        ValueError,
+        match=rf"feature 'price': 'float_normalised' \(did you mean 'float_normalized'\?\) is not a FeatureSpace "
+        rf"type; the types: {types}string_categorical, string_hashed$",
+    ):
+        ingest.feature_space(dataset, features={"price": "float_normalised"})
+    # The names Keras takes are those listed: each builds.
+    space = ingest.feature_space(dataset, features={"price": "float_normalized", "city": "string_categorical"})
+    assert type(space.preprocessors["city"]).__name__ == "StringLookup"
 
 
 def test_a_spec_of_the_wrong_kind_names_the_feature(dataset):

@@ -377,7 +377,14 @@ def _foreign_image_dataset(tmp, encoded_images):
         ),
         splits=(
             ingest.contract.SplitInfo(
-                "train", (ingest.contract.ShardInfo("train-00000-of-00001.tfrecord", len(encoded_images), 1),)
+                "train",
+                (
+                    ingest.contract.ShardInfo(
+                        "train-00000-of-00001.tfrecord",
+                        len(encoded_images),
+                        os.path.getsize(tmp / "ds" / "train-00000-of-00001.tfrecord"),
+                    ),
+                ),
             ),
         ),
         label="image/class/label",

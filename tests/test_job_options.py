@@ -80,3 +80,15 @@ def test_the_metadata_records_the_declared_options(tmp):
     with beam.Pipeline() as p:
         _ = p | beam.Create([{"a": 1, "b": 2}]) | WriteDataset(str(tmp / "rows"), label="b")
     assert list(load_info(str(tmp / "rows")).options)[: len(RECORDED)] == list(RECORDED)
+
+
+def test_the_metadata_refuses_block_rows_past_the_conversions_limit():
+    from beam_jobs._job_options import MAX_BLOCK_ROWS
+    from ingest import contract
+
+    shard = contract.ShardInfo("train-00000-of-00001.tfrecord", records=1, bytes=16, blocks=1)
+    split = contract.SplitInfo("train", (shard,))
+    feature = contract.FeatureSpec("x", "int64")
+    contract.DatasetInfo(features=(feature,), splits=(split,), layout="blocks", block_rows=MAX_BLOCK_ROWS)
+    with pytest.raises(ValueError, match=rf"block_rows must be in \[1, {MAX_BLOCK_ROWS}\].*got {MAX_BLOCK_ROWS + 1}"):
+        contract.DatasetInfo(features=(feature,), splits=(split,), layout="blocks", block_rows=MAX_BLOCK_ROWS + 1)

@@ -255,6 +255,22 @@ def test_bad_arguments_fail_before_the_graph_is_built(tabular):
         ingest.ReadOptions(cycle_length=0)
 
 
+def test_a_misspelt_feature_label_or_pad_length_is_answered_with_the_nearest_name(tabular):
+    features = r"features: \['id', 'x', 'y'\]"
+    with pytest.raises(ValueError, match=rf"features \['idd'\] \(did you mean 'id'\?\) do not exist in .*{features}"):
+        ingest.make_dataset(tabular, batch_size=8, features=["idd"])
+    with pytest.raises(ValueError, match=rf"label 'Y' \(did you mean 'y'\?\) is not a feature of .*{features}"):
+        ingest.make_dataset(tabular, batch_size=8, label="Y")
+    with pytest.raises(ValueError, match=r"pad_lengths names 'ID' \(did you mean 'id'\?\), which is not a feature"):
+        ingest.make_dataset(tabular, batch_size=8, pad_lengths={"ID": 3})
+    with pytest.raises(
+        ValueError, match=r"no split 'trian' in this dataset; splits: \['train'\] \(did you mean 'train'\?\)"
+    ):
+        ingest.make_dataset(tabular, batch_size=8, split="trian")
+    with pytest.raises(ValueError, match=r"label 'zzz' is not a feature"):  # nothing near: no guess
+        ingest.make_dataset(tabular, batch_size=8, label="zzz")
+
+
 def test_mirrored_strategy_trains_with_model_fit(tabular):
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     assert strategy.num_replicas_in_sync == 2

@@ -385,14 +385,16 @@ def test_a_shard_cut_to_before_every_block_of_a_window_names_the_first(blocks_co
 def test_blocks_holding_other_row_counts_than_the_metadata_are_named(blocks_copy):
     meta = os.path.join(blocks_copy, contract.METADATA_FILENAME)
     info = json.loads(open(meta).read())
-    info["block_rows"] = K // 2  # the shards hold blocks of K rows
+    # The shards hold blocks of K rows; K + 1 makes as many blocks of each shard's rows, so
+    # the metadata agrees with itself and only the blocks tell.
+    info["block_rows"] = K + 1
     open(meta, "w").write(json.dumps(info))
-    message = rf"block 0 of shard .* holds {K} rows, its metadata says {K // 2}"
+    message = rf"block 0 of shard .* holds {K} rows, its metadata says {K + 1}"
     for options in (None, ingest.ReadOptions(seekable_order=False)):  # the seekable order, the streaming one
         with pytest.raises(tf.errors.OpError, match=message):
             _ids(ingest.make_dataset(blocks_copy, batch_size=64, shuffle=False, options=options))
     # Skipping corrupt records does not deliver rows the metadata does not list either.
-    with pytest.raises(tf.errors.OpError, match=rf"shard .* block 0 holds {K} rows, but .* lists {K // 2}"):
+    with pytest.raises(tf.errors.OpError, match=rf"shard .* block 0 holds {K} rows, but .* lists {K + 1}"):
         _ids(ingest.make_dataset(blocks_copy, batch_size=64, shuffle=False, skip_corrupt=True))
 
 
@@ -545,7 +547,7 @@ def test_blocks_of_images_are_refused_naming_the_layout(tmp_path):
     os.makedirs(root)
     info = contract.DatasetInfo(
         features=(contract.FeatureSpec("image/encoded", "bytes"),),
-        splits=(contract.SplitInfo("train", (contract.ShardInfo("train-00000-of-00001.tfrecord", 3, 10, 1),)),),
+        splits=(contract.SplitInfo("train", (contract.ShardInfo("train-00000-of-00001.tfrecord", 3, 16, 1),)),),
         image={"feature": "image/encoded"},
         layout="blocks",
         block_rows=K,

@@ -303,6 +303,66 @@ def test_malformed_metadata_names_the_file_and_what_is_wrong(copy, damage):
     assert not isinstance(err.value, FileNotFoundError)
 
 
+def _shard_edit(**fields):
+    """An edit of the train split's first shard (its split's totals kept in step), without its block index."""
+
+    def change(d):
+        split = d["splits"][0]
+        shard = split["shards"][0]
+        shard.update(fields)
+        shard.pop("index", None)
+        split["records"] = sum(s["records"] for s in split["shards"])
+        split["bytes"] = sum(s["bytes"] for s in split["shards"])
+        d.update(block_rows=fields.pop("block_rows", d["block_rows"]))
+
+    return _edit(change)
+
+
+# Counts a reader sizes its tables by before reading a shard; 10**12 blocks crashed the
+# process (SIGSEGV), 10**12 block_rows ended in a ResourceExhaustedError after ~90 s.
+CRAFTED_COUNTS = {
+    "more blocks than records": (
+        _shard_edit(blocks=10**12),
+        r"shards\[0\].blocks is 1000000000000, more than its \d+ records",
+    ),
+    "blocks disagree with rows": (
+        _shard_edit(blocks=3),
+        r"split 'train', shard '\S+': blocks is 3, but its \d+ records in blocks of block_rows=16 make [78]",
+    ),
+    "block_rows out of range": (_shard_edit(block_rows=10**12), r"block_rows must be in \[1, 65536\].*got 10{12}"),
+    "bytes below the frames": (
+        _shard_edit(records=16 * 10**12, blocks=10**12),
+        r"shard '\S+': bytes is \d+, less than the 16000000000000 its 1000000000000 TFRecords take",
+    ),
+}
+
+
+@pytest.mark.parametrize("source", ["blocks"], indirect=True)
+@pytest.mark.parametrize("damage", sorted(CRAFTED_COUNTS))
+def test_crafted_block_counts_are_refused_naming_the_file_and_field(copy, damage):
+    change, what = CRAFTED_COUNTS[damage]
+    meta = os.path.join(copy, contract.METADATA_FILENAME)
+    with open(meta) as f:
+        text = f.read()
+    with open(meta, "w") as f:
+        f.write(change(text))
+    with pytest.raises(ValueError, match=rf"{re.escape(meta)} is not usable dataset metadata: .*{what}"):
+        _finishes(lambda: ingest.make_dataset(copy, batch_size=8), seconds=60)
+
+
+@pytest.mark.parametrize("source", ["blocks"], indirect=True)
+def test_block_counts_the_shard_file_cannot_hold_are_refused_before_reading(copy):
+    victim, _ = _shard(copy, 0)
+    meta = os.path.join(copy, contract.METADATA_FILENAME)
+    with open(meta) as f:
+        text = f.read()
+    # Counts that agree with each other, not with the file: only its size tells.
+    with open(meta, "w") as f:
+        f.write(_shard_edit(records=16 * 10**12, blocks=10**12, bytes=16 * 10**12)(text))
+    with pytest.raises(ValueError, match=rf"shard {re.escape(victim)} has \d+ bytes, fewer than the 16000000000000"):
+        _finishes(lambda: ingest.make_dataset(copy, batch_size=8), seconds=60)
+
+
 def test_metadata_that_is_not_utf8_names_the_file(copy):
     meta = os.path.join(copy, "dataset_info.json")
     with open(meta, "rb") as f:

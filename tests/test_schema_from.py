@@ -321,6 +321,24 @@ def test_a_missing_or_broken_schema_dataset_is_one_clear_error(tmp, capsys):
     assert not os.path.exists(tmp / "out")
 
 
+def test_a_class_listed_twice_in_hand_edited_labels_is_refused_naming_the_file_and_class(tmp, first_span):
+    edited = str(tmp / "edited")
+    shutil.copytree(first_span, edited)
+    meta = os.path.join(edited, "dataset_info.json")
+    info = json.loads(open(meta).read())
+    assert info["labels"] == list(_CLASSES)
+    info["labels"] = ["drizzle", "fog", "rain", "Snow", "sun", "fog"]  # a class added by hand, one twice
+    open(meta, "w").write(json.dumps(info))
+    what = r"metadata.labels lists class\(es\) \['fog'\] more than once \(at positions \[1, 5\] for 'fog'\)"
+    with pytest.raises(ValueError, match=rf"{re.escape(meta)} is not usable dataset metadata: {what}"):
+        ingest.load_info(edited)
+    # --schema_from would carry them to every later span: refused before any row is read.
+    src = _span(tmp / "aug.csv", _august())
+    with pytest.raises(ConversionError, match=rf"--schema_from {re.escape(edited)}: .*{what}"):
+        _csv(src, tmp / "aug", "--schema_from", edited)
+    assert not os.path.exists(tmp / "aug")
+
+
 @pytest.mark.slow
 def test_a_schema_on_gcs_is_carried_and_one_gcs_refuses_names_the_role(tmp, capsys, monkeypatch):
     from tests.gcs import GcsEmulator  # a real GCS server on loopback

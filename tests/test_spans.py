@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import re
+import shutil
 
 import numpy as np
 import pyarrow as pa
@@ -209,6 +210,32 @@ def test_one_span_spelt_two_ways_is_refused(months, monkeypatch):
             ingest.make_dataset(twice, batch_size=BATCH)
     with pytest.raises(ValueError, match="name the same dataset more than once"):
         ingest.make_dataset(["2012-0[12]", "2012-01"], batch_size=BATCH)
+
+
+def test_a_link_to_a_span_or_a_copy_of_one_is_read_once_as_that_span(months, tmp_path, caplog):
+    src, rows = months
+    root = tmp_path / "spans"
+    for month in MONTHS:
+        shutil.copytree(src / month, root / month)
+    os.symlink(root / "2012-04", root / "latest")  # sorts last: it would be "the latest span"
+    shutil.copytree(root / "2012-04", root / "2012-04-rerun")  # a copy: same conversion, other directory
+    shutil.copytree(root / "2012-02", root / "2012-02-backup")
+    with caplog.at_level(logging.WARNING):
+        assert ingest.spans(root, last=2) == [f"{root}/2012-03", f"{root}/2012-04"]
+    assert re.search(r"latest \(a link to .*2012-04\).*2012-04-rerun \(a copy of .*2012-04: both", caplog.text)
+    assert ingest.spans(root) == [f"{root}/{m}" for m in MONTHS]
+    expected = sorted(rows["2012-03"] + rows["2012-04"])
+    assert sorted(_dates(_read(ingest.spans(root, last=2)))) == expected
+    # Named explicitly, or matched by a glob, one dataset twice is refused, whatever its name.
+    for twice, how in (
+        ([f"{root}/2012-04", f"{root}/latest"], r"both lead to .*2012-04"),
+        ([f"{root}/2012-04", f"{root}/2012-04-rerun"], r"both were written by conversion \S+"),
+        (f"{root}/2012-02*", r"both were written by conversion \S+"),
+    ):
+        with pytest.raises(ValueError, match=rf"are the same dataset \({how}\): its rows would be read twice"):
+            _read(twice)
+        with pytest.raises(ValueError, match="are the same dataset"):
+            ingest.load_info(twice)  # its statistics would count the rows twice
 
 
 def test_a_span_without_the_split_is_named_not_left_out(months, tmp_path):

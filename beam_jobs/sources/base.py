@@ -22,6 +22,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs._errors import ConversionError, storage_error
 from beam_jobs.sources.readers import Chunk
+from ingest.names import did_you_mean
 
 if TYPE_CHECKING:
     from beam_jobs.sources.carried_schema import CarriedSchema
@@ -266,12 +267,15 @@ def select_columns(names: list, args) -> list:
         selected = [c.strip() for c in args.columns.split(",") if c.strip()]
         unknown = [c for c in selected if c not in names]
         if unknown:
-            raise ConversionError(f"--columns names {unknown}, which the input lacks; its columns: {names}")
+            hints = "".join(did_you_mean(c, names) for c in unknown[:1])
+            raise ConversionError(f"--columns names {unknown}{hints}, which the input lacks; its columns: {names}")
     else:
         selected = list(names)
     for name, col in (("--label", args.label), ("--split_key", args.split_key)):
         if col is not None and col not in names:
-            raise ConversionError(f"{name} {col!r} is not a column of the input; its columns: {names}")
+            raise ConversionError(
+                f"{name} {col!r}{did_you_mean(col, names)} is not a column of the input; its columns: {names}"
+            )
         if col is not None and col not in selected:
             selected.append(col)
     return selected

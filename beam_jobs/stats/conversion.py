@@ -144,6 +144,18 @@ class ConversionStats:
                         mine[name] = FeatureStats.like(stats)  # inputs stay as they were
                     mine[name].merge(stats)
 
+    def distinct_values(self, name: str) -> list | None:
+        """Every distinct value of feature `name` over all splits, as text, where they were
+        counted exactly (up to EXACT_VALUES); None otherwise. The metadata's statistics keep
+        only the TOP_STORED most frequent: a label's classes need them all."""
+        per_split = [features[name] for features in self.statistics.values() if name in features]
+        if not per_split or per_split[0].counts is None:
+            return None
+        total = FeatureStats.like(per_split[0])
+        for stats in per_split:
+            total.merge(stats)
+        return total.counts.exact_values()
+
     def statistics_json(self, split_names) -> dict:
         """{"overall": {feature: {...}}, "splits": {split: {feature: {...}}}} for the metadata."""
         splits = {split: {n: s.to_json() for n, s in self.statistics.get(split, {}).items()} for split in split_names}

@@ -362,6 +362,16 @@ class _Counts:
         top, cut = _cut_long_values([{"value": values[i], "count": counts[i]} for i in order])
         return {"distinct": len(raw), "distinct_exact": True, "top": top, "top_exact": not cut}
 
+    def exact_values(self) -> list | None:
+        """Every distinct value, as text, while they are counted exactly (beyond TOP_STORED,
+        which the metadata's `top` keeps); None once sketched or dropped."""
+        if self.dropped:
+            return None
+        self._compact()
+        if self.hll is not None:
+            return None
+        return [] if self.values is None else _as_text(self.values)
+
     def __getstate__(self):
         self._compact()
         d = dict(self.__dict__)

@@ -92,9 +92,16 @@ def _scan(path: str, blocks: int) -> np.ndarray:
     """Byte offsets of the `blocks` frames of a TFRecord file, and its size last; checks they end together."""
     import tensorflow as tf
 
-    offsets = np.empty(blocks + 1, np.int64)
     with tf.io.gfile.GFile(path, "rb") as f:
         size = f.size()
+        # Before the offsets are allocated: the file, not only the metadata, must hold that many frames.
+        if size < _FRAME_OVERHEAD * blocks:
+            raise ShardSizeError(
+                f"shard {path} has {size} bytes, fewer than the {_FRAME_OVERHEAD * blocks} that the "
+                f"blocks={blocks} {contract.METADATA_FILENAME} lists for it take at {_FRAME_OVERHEAD} bytes a frame "
+                "at least: the shard was cut, or the metadata edited or from another conversion. Reconvert the dataset."
+            )
+        offsets = np.empty(blocks + 1, np.int64)
         pos = 0
         for j in range(blocks):
             offsets[j] = pos
