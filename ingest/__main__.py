@@ -116,8 +116,12 @@ def main(argv=None) -> int:
         help="how often to report to the dispatcher; keep well under its --worker_timeout_ms",
     )
     args = p.parse_args(argv)
+    # compare and describe read metadata only: no TensorFlow for local paths (its import took
+    # 4-8 s and printed its start-up lines); a gs:// path loads it, or names the install.
     if args.command == "compare":  # its exit 1 means drift, so it reports errors itself, with 2
         return _compare(args)
+    if args.command == "describe":
+        return _describe(args)
     try:
         _optional.tensorflow(f"`ingest {args.command}`")
     except ImportError as e:
@@ -125,8 +129,6 @@ def main(argv=None) -> int:
         return 1
     if args.command == "service":
         return _service(args)
-    if args.command == "describe":
-        return _describe(args)
 
     from ingest._diagnose import diagnose
 
@@ -171,7 +173,6 @@ def _describe(args) -> int:
 def _compare(args) -> int:
     """0: no drift; 1: drift (the last line names the features); 2: an error (one line)."""
     try:
-        _optional.tensorflow("`ingest compare`")
         from ingest import _compare
 
         thresholds = dict(_feature_threshold(t) for t in args.threshold)
