@@ -41,8 +41,34 @@ def model_step_time_ms(model_path: str, path: str, *, batch_size: int, split: st
 
 
 def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    # compare and describe read metadata only: no TensorFlow for local paths (its import took
+    # 4-8 s and printed its start-up lines); a gs:// path loads it, or names the install.
+    if args.command == "compare":  # its exit 1 means drift, so it reports errors itself, with 2
+        return _compare(args)
+    if args.command == "describe":
+        return _describe(args)
+    try:
+        _optional.tensorflow(f"`ingest {args.command}`")
+    except ImportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if args.command == "service":
+        return _service(args)
+    return _diagnose(args)
+
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ingest", description="ingest tools")
     sub = p.add_subparsers(dest="command", required=True)
+    _add_diagnose(sub)
+    _add_describe(sub)
+    _add_compare(sub)
+    _add_service(sub)
+    return p
+
+
+def _add_diagnose(sub) -> None:
     d = sub.add_parser("diagnose", help="name the stage that bounds the input pipeline and the fix")
     d.add_argument("path", help="a converted dataset (local or gs://)")
     demand = d.add_mutually_exclusive_group(required=True)
@@ -54,10 +80,16 @@ def main(argv=None) -> int:
     d.add_argument("--split", default="train")
     d.add_argument("--preprocess", help="MODULE:FUNCTION applied to each batch, as passed to make_dataset")
     d.add_argument("--max_records", "--max-records", type=int, default=200_000, help="records measured per stage")
+
+
+def _add_describe(sub) -> None:
     desc = sub.add_parser("describe", help="the statistics recorded at conversion: tables, and a PNG with --plot")
     desc.add_argument("path", help="a converted dataset (local or gs://)")
     desc.add_argument("--split", help="one split's statistics (default: all splits together)")
     desc.add_argument("--plot", help="write histograms and top values of every feature to this PNG")
+
+
+def _add_compare(sub) -> None:
     cmp = sub.add_parser(
         "compare",
         help="drift of CURRENT from BASELINE, per feature, from their recorded statistics; exit 1 if any drifted",
@@ -85,6 +117,9 @@ def main(argv=None) -> int:
         "--missing_threshold", "--missing-threshold", type=float, help="largest change in the share of missing records"
     )
     cmp.add_argument("--plot", help="write the worst features' histograms and top values to this PNG")
+
+
+def _add_service(sub) -> None:
     svc = sub.add_parser("service", help="run a tf.data service dispatcher or worker (until stopped)")
     roles = svc.add_subparsers(dest="role", required=True)
     disp = roles.add_parser("dispatcher", help="hands out work and tracks workers")
@@ -115,21 +150,9 @@ def main(argv=None) -> int:
         type=int,
         help="how often to report to the dispatcher; keep well under its --worker_timeout_ms",
     )
-    args = p.parse_args(argv)
-    # compare and describe read metadata only: no TensorFlow for local paths (its import took
-    # 4-8 s and printed its start-up lines); a gs:// path loads it, or names the install.
-    if args.command == "compare":  # its exit 1 means drift, so it reports errors itself, with 2
-        return _compare(args)
-    if args.command == "describe":
-        return _describe(args)
-    try:
-        _optional.tensorflow(f"`ingest {args.command}`")
-    except ImportError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    if args.command == "service":
-        return _service(args)
 
+
+def _diagnose(args) -> int:
     from ingest._diagnose import diagnose
 
     fn = _load_callable(args.preprocess) if args.preprocess else None
