@@ -265,6 +265,13 @@ class _Side:
     stats: Mapping  # {feature: FeatureStatistics}
     specs: Mapping  # {feature: FeatureSpec}; empty when given bare Statistics
     class_named: str | None  # the label feature, when the dataset records class names
+    split: str | None  # the split compared (None: all of them)
+    others: Mapping  # {split: records} of the splits that hold records, for the empty-split error
+
+    @property
+    def records(self) -> int:
+        """Records in the split compared: every record counts once, with a feature or missing it."""
+        return max((s.count + s.missing for s in self.stats.values()), default=0)
 
 
 def _base_kind(spec: contract.FeatureSpec | None, s: FeatureStatistics) -> str | None:
@@ -395,7 +402,20 @@ def _side(x, which: str, split: str | None) -> _Side:
         raise ValueError(f"{which} {name} has no statistics for split {split!r}; splits: {sorted(statistics.splits)}")
     specs = {} if info is None else {f.name: f for f in info.features}
     class_named = info.label if info is not None and info.labels else None
-    return _Side(name, statistics.of(split), specs, class_named)
+    others = {n: _Side(name, statistics.of(n), {}, None, n, {}).records for n in statistics.splits}
+    return _Side(name, statistics.of(split), specs, class_named, split, {n: r for n, r in others.items() if r})
+
+
+def _check_not_empty(side: _Side, which: str) -> None:
+    """An empty split has no statistics to compare: every feature would read as missing on that side."""
+    if side.records:
+        return
+    what = f"{which} split {side.split!r} of {side.name}" if side.split else f"{which} {side.name}"
+    held = ", ".join(f"{n} ({r:,})" for n, r in side.others.items()) or "none"
+    raise ValueError(
+        f"{what} is empty (0 records): there is nothing to compare. "
+        f"Splits with records: {held}; pick one with --split/--current_split (split=, current_split=)"
+    )
 
 
 def _check_threshold(name: str, value) -> float:
@@ -448,6 +468,8 @@ def compare(
     )
     other = split if current_split is None else current_split
     base, cur = _side(baseline, "baseline", split), _side(current, "current", other)
+    _check_not_empty(base, "baseline")
+    _check_not_empty(cur, "current")
     names = list(base.stats) + [n for n in cur.stats if n not in base.stats]
     thresholds = dict(thresholds or {})
     unknown = [n for n in thresholds if n not in names]

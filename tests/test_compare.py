@@ -353,6 +353,22 @@ def test_cli_exits_2_with_one_error_line(full, capsys, args, message):
     assert len(captured.err.splitlines()) == 1 and re.match(message, captured.err)
 
 
+def test_cli_on_an_empty_split_says_so_and_exits_2(weather, convert, capsys):
+    path = convert(weather.head(6), "empty_eval", "--splits", "train=0.999,eval=0.001")
+    assert _info.load_info(path).split("eval").records == 0  # what the test is about
+    for args in (["--current_split", "eval"], ["--split", "eval", "--current_split", "train"]):
+        assert cli.main(["compare", path, path, *args]) == 2
+        captured = capsys.readouterr()
+        assert "drift" not in captured.out.lower()
+        assert re.fullmatch(
+            r"error: (current|baseline) split 'eval' of \S+ is empty \(0 records\): there is nothing to compare\. "
+            r"Splits with records: train \(6\); pick one .*\n",
+            captured.err,
+        )
+    with pytest.raises(ValueError, match=r"current split 'eval' of .* is empty \(0 records\)"):
+        compare(path, path, current_split="eval")
+
+
 def test_cli_exits_2_for_a_dataset_that_is_not_there(full, tmp_path, capsys):
     assert cli.main(["compare", full, str(tmp_path / "nothing")]) == 2
     err = capsys.readouterr().err
