@@ -177,15 +177,40 @@ def _diagnose(args) -> int:
     return 0
 
 
+# What matplotlib writes by the file's extension, for --plot: checked before any work, since
+# its own error came after the tables, without naming --plot.
+_PLOT_FORMATS = (".png", ".svg", ".pdf")
+
+
+def _plot_path(arg: str) -> str:
+    """The file --plot writes: `arg`, or `arg`.png where it has no extension (as matplotlib
+    names it), or a ValueError naming --plot, what was wrong and what is valid."""
+    if "://" not in arg and os.path.isdir(arg):
+        raise ValueError(f"--plot {arg} is a directory: give a file to write, e.g. {os.path.join(arg, 'drift.png')}")
+    stem, ext = os.path.splitext(arg)
+    if not ext:
+        return arg + ".png"
+    if ext.lower() not in _PLOT_FORMATS:
+        raise ValueError(
+            f"--plot {arg}: cannot write a {ext} file; the plot is written as "
+            f"{', '.join(e[1:].upper() for e in _PLOT_FORMATS)} by the extension, e.g. {stem}.png"
+        )
+    folder = os.path.dirname(arg)
+    if "://" not in arg and not os.path.isdir(folder or "."):
+        raise ValueError(f"--plot {arg}: the directory {folder} does not exist")
+    return arg
+
+
 def _describe(args) -> int:
     from ingest import _describe, _info
 
     try:
+        plot = _plot_path(args.plot) if args.plot else None
         info = _info.load_info(args.path)
         print(_describe.describe(info, args.path, args.split))
-        if args.plot:
-            panels = _describe.plot(info, args.plot, args.split)
-            print(f"\nwrote {args.plot} ({panels} features)")
+        if plot:
+            panels = _describe.plot(info, plot, args.split)
+            print(f"\nwrote {plot} ({panels} features)")
     except (ValueError, KeyError, FileNotFoundError, ImportError) as e:
         message = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"error: {message}", file=sys.stderr)
@@ -199,9 +224,8 @@ def _compare(args) -> int:
         from ingest import _compare
 
         thresholds = dict(_feature_threshold(t) for t in args.threshold)
-        if args.plot and "://" not in args.plot and not os.path.isdir(os.path.dirname(args.plot) or "."):
-            # Before comparing: a drift found and then an unwritable plot would exit 2, not 1.
-            raise ValueError(f"--plot {args.plot}: the directory {os.path.dirname(args.plot)} does not exist")
+        # Before comparing: a drift found and then an unwritable plot would exit 2, not 1.
+        plot = _plot_path(args.plot) if args.plot else None
         given = {
             k: v
             for k in ("numeric_threshold", "categorical_threshold", "missing_threshold")
@@ -216,9 +240,9 @@ def _compare(args) -> int:
             **given,
         )
         print(report)
-        if args.plot:
-            panels = report.plot(args.plot)
-            print(f"\nwrote {args.plot} ({panels} features)")
+        if plot:
+            panels = report.plot(plot)
+            print(f"\nwrote {plot} ({panels} features)")
     except (ValueError, KeyError, TypeError, OSError, ImportError) as e:
         message = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"error: {message}", file=sys.stderr)

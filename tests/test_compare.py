@@ -410,6 +410,35 @@ def test_lists_of_spans_and_splits_compare(full, halves, convert, weather, capsy
     assert "split 'eval' against split 'train'" in capsys.readouterr().out
 
 
+def test_cli_prints_the_file_the_plot_went_to(seasons, tmp_path, capsys):
+    # No extension: matplotlib writes PATH.png, and that is the path printed.
+    assert cli.main(["compare", *seasons, "--plot", str(tmp_path / "drift")]) == 1
+    assert re.search(rf"wrote {re.escape(str(tmp_path / 'drift.png'))} \(\d features\)", capsys.readouterr().out)
+    assert (tmp_path / "drift.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize(
+    "plot, message",
+    [
+        (
+            "x.txt",
+            r"--plot \S*x\.txt: cannot write a \.txt file; the plot is written as PNG, SVG, PDF by the .* \S*x\.png",
+        ),
+        (".", r"--plot \S+ is a directory: give a file to write, e\.g\. \S+drift\.png"),
+    ],
+    ids=["extension", "directory"],
+)
+def test_cli_refuses_a_plot_format_or_directory_before_comparing(seasons, tmp_path, capsys, plot, message):
+    plot = str(tmp_path / plot)
+    for command in (["compare", *seasons], ["describe", seasons[0]]):
+        assert cli.main([*command, "--plot", plot]) in (1, 2)
+        out = capsys.readouterr()
+        assert out.out == ""  # before the tables: no comparison, no description
+        assert re.fullmatch(f"error: {message}\n", out.err), out.err
+    assert cli.main(["compare", *seasons, "--plot", plot]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 def test_cli_refuses_a_plot_it_cannot_write_before_comparing(full, windy, tmp_path, capsys):
     assert cli.main(["compare", full, windy, "--plot", str(tmp_path / "missing" / "d.png")]) == 2
     out = capsys.readouterr()
