@@ -51,6 +51,7 @@ def test_every_conversion_module_imports_without_loading_tensorflow_or_matplotli
     assert result["heavy"] == []
 
 
+@pytest.mark.slow
 def test_conversion_runs_where_tensorflow_and_matplotlib_cannot_be_imported(tmp_path):
     (tmp_path / "a.csv").write_text("x,y\n1,a\n2,b\n3,c\n")
     proc = _python(

@@ -31,6 +31,7 @@ def test_ample_headroom_reads_about_zero_idle():
     assert report.classification == "not input-bound"
 
 
+@pytest.mark.slow
 def test_without_prefetch_the_load_adds_to_the_step():
     # The reference's scenario: a 200-unit step, a 150-unit load; scaled to ms/5 here.
     def load(i):
