@@ -203,9 +203,17 @@ def _values(s: FeatureStatistics) -> int:
     return s.values if s.values is not None else s.count
 
 
+def _infinities(s: FeatureStatistics) -> tuple:
+    """(-inf count, +inf count). Statistics recorded before -inf was counted apart have
+    `neg_inf` None: their `min` and `max` leave infinities out too, so every one counts as +inf."""
+    inf = s.inf or 0
+    negative = min(s.neg_inf or 0, inf)
+    return negative, inf - negative
+
+
 def numeric_histograms(a: FeatureStatistics, b: FeatureStatistics, *, bins: int = BINS):
     """The two sides' shares of values in common bins (pooled equal shares, see `BINS`),
-    then a NaN bin and an infinity bin; None when a side has no values."""
+    then a NaN bin, a -inf bin and a +inf bin; None when a side has no values."""
     if not _values(a) or not _values(b):
         return None
     quantiles = [np.asarray(s.quantiles, float) for s in (a, b) if s.quantiles]
@@ -213,9 +221,11 @@ def numeric_histograms(a: FeatureStatistics, b: FeatureStatistics, *, bins: int 
     out = []
     for s in (a, b):
         total = _values(s)
-        nan, inf = (s.nan or 0) / total, (s.inf or 0) / total
-        finite = _binned(np.asarray(s.quantiles, float), edges) * (1 - nan - inf) if s.quantiles else 0 * edges
-        out.append(np.concatenate([finite, [nan, inf]]))
+        nan = (s.nan or 0) / total
+        negative, positive = (n / total for n in _infinities(s))
+        share = 1 - nan - negative - positive
+        finite = _binned(np.asarray(s.quantiles, float), edges) * share if s.quantiles else 0 * edges
+        out.append(np.concatenate([finite, [nan, negative, positive]]))
     return out[0], out[1]
 
 

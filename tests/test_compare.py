@@ -266,6 +266,21 @@ def test_values_turning_nan_drift():
     assert jensen_shannon(*numeric_histograms(finite, half_nan)) == pytest.approx(coin)
 
 
+def test_infinities_of_the_other_sign_drift(convert):
+    # Converted from CSV text, as a file would hold them: every +inf against every -inf.
+    up = convert(pd.DataFrame({"x": ["inf"] * 20, "k": range(20)}), "all_up")
+    down = convert(pd.DataFrame({"x": ["-inf"] * 20, "k": range(20)}), "all_down")
+    report = compare(up, down)
+    assert report.row("x").distance == 1 and report.drifted == ("x",)
+    assert _info.load_info(down).statistics.feature("x").min == -math.inf
+    # Half of each sign against all +inf: the coin of test_values_turning_nan_drift.
+    both = FeatureStatistics(count=1000, missing=0, zeros=0, nan=0, inf=1000, neg_inf=500)
+    up_only = FeatureStatistics(count=1000, missing=0, zeros=0, nan=0, inf=1000, neg_inf=0)
+    coin = 0.5 * (math.log2(1 / 0.75) + 0.5 * math.log2(0.5 / 0.75) + 0.5 * math.log2(0.5 / 0.25))
+    assert jensen_shannon(*numeric_histograms(up_only, both)) == pytest.approx(coin)
+    assert jensen_shannon(*numeric_histograms(both, both)) == 0
+
+
 def test_categories_compare_by_the_largest_change_of_a_share():
     def text(counts: dict, *, distinct=None) -> FeatureStatistics:
         top = tuple(ValueCount(v, c) for v, c in counts.items())
