@@ -83,6 +83,50 @@ def seasons(weather, convert) -> tuple:
 # --- real data --------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def hours(convert) -> tuple:
+    """Seattle's hourly temperatures of 2010 with the keys a daily span carries: a day (24
+    rows), the week before it, and January and February (744 and 672 rows)."""
+    frame = pd.read_csv(real_csv("seattle-temps.csv"))
+    when = pd.to_datetime(frame.pop("date"))
+    frame["hour"], frame["month"], frame["weekday"] = when.dt.hour, when.dt.month, when.dt.day_of_week
+    day = when.dt.normalize()
+    one = pd.Timestamp("2010-03-10")
+    week = (day >= one - pd.Timedelta(days=7)) & (day < one)
+    return (
+        convert(frame[week], "week_before"),
+        convert(frame[day == one], "one_day"),
+        convert(frame[when.dt.month == 1], "january"),
+        convert(frame[when.dt.month == 2], "february"),
+    )
+
+
+def test_a_day_against_its_week_warns_that_it_is_too_small(hours, capsys):
+    week, day, *_ = hours
+    report = compare(week, day, thresholds={"month": 1, "weekday": 1})
+    assert (report.baseline_records, report.current_records) == (168, 24)
+    assert len(report.warnings) == 1
+    assert re.match(
+        r"too few records for these thresholds: 168 baseline and 24 current count as 21 .*"
+        r"and below about \d+ sampling noise alone reaches the categorical threshold 0\.15: .* may be noise",
+        report.warnings[0],
+    )
+    assert cli.main(["compare", week, day, "--threshold", "month=1", "--threshold", "weekday=1"]) in (0, 1)
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == "records: 168 baseline, 24 current" and out[2].startswith("warning: too few records")
+
+
+def test_a_month_against_the_next_is_large_enough_and_a_key_column_is_excluded(hours, halves):
+    *_, january, february = hours
+    report = compare(january, february)
+    assert (report.baseline_records, report.current_records, report.warnings) == (744, 672, ())
+    # The month is the span's key: always a different value, distance 1, until excluded.
+    assert report.row("month").distance == 1 and "month" in report.drifted
+    excluded = compare(january, february, thresholds={"month": 1})
+    assert excluded.row("month").distance == 1 and "month" not in excluded.drifted
+    assert compare(*halves).warnings == ()  # 730 days a side, as the defaults were measured
+
+
 def test_random_halves_of_real_data_do_not_drift(halves):
     report = compare(*halves)
     assert report.drifted == ()
@@ -315,12 +359,13 @@ def test_the_report_prints_an_aligned_table_worst_first(full, windy):
     assert isinstance(report, DriftReport)
     lines = str(report).splitlines()
     assert re.match(r".*windy \(current\) against .*full \(baseline\), split 'train': 6 features, 1 drifted", lines[0])
-    header, first = lines[2], lines[3]
+    assert lines[1] == "records: 1,461 baseline, 1,461 current"  # every day of 2012-2015
+    header, first = lines[3], lines[4]
     assert header.split()[:5] == ["feature", "kind", "metric", "distance", "threshold"]
     assert first.split()[:5] == ["wind", "numeric", "jensen_shannon", f"{report.row('wind').distance:.4f}", "0.07"]
-    assert "DRIFT" in first and not any("DRIFT" in line for line in lines[4:])
+    assert "DRIFT" in first and not any("DRIFT" in line for line in lines[5:])
     end = header.index("threshold") + len("threshold")  # numbers right-aligned under their heading
-    assert all(line[end - 4 : end] == "0.15" or line[end - 4 : end] == "0.07" for line in lines[3:])
+    assert all(line[end - 4 : end] == "0.15" or line[end - 4 : end] == "0.07" for line in lines[4:])
     assert MISSING_THRESHOLD == 0.1 and "missing share threshold 0.1" in lines[0]
 
 
