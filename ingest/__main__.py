@@ -42,8 +42,34 @@ def model_step_time_ms(model_path: str, path: str, *, batch_size: int, split: st
 
 
 def main(argv=None) -> int:
+    args = _parse(_parser(), argv)
+    # compare and describe read metadata only: no TensorFlow for local paths (its import took
+    # 4-8 s and printed its start-up lines); a gs:// path loads it, or names the install.
+    if args.command == "compare":  # its exit 1 means drift, so it reports errors itself, with 2
+        return _compare(args)
+    if args.command == "describe":
+        return _describe(args)
+    try:
+        _optional.tensorflow(f"`ingest {args.command}`")
+    except ImportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if args.command == "service":
+        return _service(args)
+    return _diagnose(args)
+
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ingest", description="ingest tools")
     sub = p.add_subparsers(dest="command", required=True)
+    _add_diagnose(sub)
+    _add_describe(sub)
+    _add_compare(sub)
+    _add_service(sub)
+    return p
+
+
+def _add_diagnose(sub) -> None:
     d = sub.add_parser("diagnose", help="name the stage that bounds the input pipeline and the fix")
     d.add_argument("path", help="a converted dataset (local or gs://)")
     demand = d.add_mutually_exclusive_group(required=True)
@@ -55,10 +81,16 @@ def main(argv=None) -> int:
     d.add_argument("--split", default="train")
     d.add_argument("--preprocess", help="MODULE:FUNCTION applied to each batch, as passed to make_dataset")
     d.add_argument("--max_records", "--max-records", type=int, default=200_000, help="records measured per stage")
+
+
+def _add_describe(sub) -> None:
     desc = sub.add_parser("describe", help="the statistics recorded at conversion: tables, and a PNG with --plot")
     desc.add_argument("path", help="a converted dataset (local or gs://)")
     desc.add_argument("--split", help="one split's statistics (default: all splits together)")
     desc.add_argument("--plot", help="write histograms and top values of every feature to this PNG")
+
+
+def _add_compare(sub) -> None:
     cmp = sub.add_parser(
         "compare",
         help="drift of CURRENT from BASELINE, per feature, from their recorded statistics; exit 1 if any drifted",
@@ -86,6 +118,9 @@ def main(argv=None) -> int:
         "--missing_threshold", "--missing-threshold", type=float, help="largest change in the share of missing records"
     )
     cmp.add_argument("--plot", help="write the worst features' histograms and top values to this PNG")
+
+
+def _add_service(sub) -> None:
     svc = sub.add_parser("service", help="run a tf.data service dispatcher or worker (until stopped)")
     roles = svc.add_subparsers(dest="role", required=True)
     disp = roles.add_parser("dispatcher", help="hands out work and tracks workers")
@@ -116,19 +151,9 @@ def main(argv=None) -> int:
         type=int,
         help="how often to report to the dispatcher; keep well under its --worker_timeout_ms",
     )
-    args = _parse(p, {"diagnose": d, "describe": desc, "compare": cmp, "dispatcher": disp, "worker": work}, argv)
-    if args.command == "compare":  # its exit 1 means drift, so it reports errors itself, with 2
-        return _compare(args)
-    try:
-        _optional.tensorflow(f"`ingest {args.command}`")
-    except ImportError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    if args.command == "service":
-        return _service(args)
-    if args.command == "describe":
-        return _describe(args)
 
+
+def _diagnose(args) -> int:
     from ingest._diagnose import diagnose
 
     fn = _load_callable(args.preprocess) if args.preprocess else None
@@ -153,13 +178,13 @@ def main(argv=None) -> int:
     return 0
 
 
-def _parse(parser: argparse.ArgumentParser, commands: dict, argv) -> argparse.Namespace:
+def _parse(parser: argparse.ArgumentParser, argv) -> argparse.Namespace:
     """`parser.parse_args`, where an unknown flag is named with the nearest of its command's
     flags (argparse says only 'unrecognized arguments'); exits with 2, as argparse does."""
     args, unknown = parser.parse_known_args(argv)
     if not unknown:
         return args
-    command = commands.get(getattr(args, "role", None) or args.command, parser)
+    command = _subcommand(parser, args)
     flags = [a.split("=", 1)[0] for a in unknown if a.startswith("-")]
     if not flags:
         command.error(f"unrecognized arguments: {' '.join(unknown)}")
@@ -168,15 +193,51 @@ def _parse(parser: argparse.ArgumentParser, commands: dict, argv) -> argparse.Na
     command.error(f"unknown flag {flags[0]}{did_you_mean(flags[0], known, quote=str)}; its flags: {', '.join(listed)}")
 
 
+def _subcommand(parser: argparse.ArgumentParser, args) -> argparse.ArgumentParser:
+    """The parser of the (sub)command `args` were parsed for: `service worker`'s, `compare`'s, ..."""
+    command = parser
+    for name in (args.command, getattr(args, "role", None)):
+        chooser = next((a for a in command._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if chooser is None or name not in chooser.choices:
+            break
+        command = chooser.choices[name]
+    return command
+
+
+# What matplotlib writes by the file's extension, for --plot: checked before any work, since
+# its own error came after the tables, without naming --plot.
+_PLOT_FORMATS = (".png", ".svg", ".pdf")
+
+
+def _plot_path(arg: str) -> str:
+    """The file --plot writes: `arg`, or `arg`.png where it has no extension (as matplotlib
+    names it), or a ValueError naming --plot, what was wrong and what is valid."""
+    if "://" not in arg and os.path.isdir(arg):
+        raise ValueError(f"--plot {arg} is a directory: give a file to write, e.g. {os.path.join(arg, 'drift.png')}")
+    stem, ext = os.path.splitext(arg)
+    if not ext:
+        return arg + ".png"
+    if ext.lower() not in _PLOT_FORMATS:
+        raise ValueError(
+            f"--plot {arg}: cannot write a {ext} file; the plot is written as "
+            f"{', '.join(e[1:].upper() for e in _PLOT_FORMATS)} by the extension, e.g. {stem}.png"
+        )
+    folder = os.path.dirname(arg)
+    if "://" not in arg and not os.path.isdir(folder or "."):
+        raise ValueError(f"--plot {arg}: the directory {folder} does not exist")
+    return arg
+
+
 def _describe(args) -> int:
     from ingest import _describe, _info
 
     try:
+        plot = _plot_path(args.plot) if args.plot else None
         info = _info.load_info(args.path)
         print(_describe.describe(info, args.path, args.split))
-        if args.plot:
-            panels = _describe.plot(info, args.plot, args.split)
-            print(f"\nwrote {args.plot} ({panels} features)")
+        if plot:
+            panels = _describe.plot(info, plot, args.split)
+            print(f"\nwrote {plot} ({panels} features)")
     except (ValueError, KeyError, FileNotFoundError, ImportError) as e:
         message = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"error: {message}", file=sys.stderr)
@@ -187,13 +248,11 @@ def _describe(args) -> int:
 def _compare(args) -> int:
     """0: no drift; 1: drift (the last line names the features); 2: an error (one line)."""
     try:
-        _optional.tensorflow("`ingest compare`")
         from ingest import _compare
 
         thresholds = dict(_feature_threshold(t) for t in args.threshold)
-        if args.plot and "://" not in args.plot and not os.path.isdir(os.path.dirname(args.plot) or "."):
-            # Before comparing: a drift found and then an unwritable plot would exit 2, not 1.
-            raise ValueError(f"--plot {args.plot}: the directory {os.path.dirname(args.plot)} does not exist")
+        # Before comparing: a drift found and then an unwritable plot would exit 2, not 1.
+        plot = _plot_path(args.plot) if args.plot else None
         given = {
             k: v
             for k in ("numeric_threshold", "categorical_threshold", "missing_threshold")
@@ -208,9 +267,9 @@ def _compare(args) -> int:
             **given,
         )
         print(report)
-        if args.plot:
-            panels = report.plot(args.plot)
-            print(f"\nwrote {args.plot} ({panels} features)")
+        if plot:
+            panels = report.plot(plot)
+            print(f"\nwrote {plot} ({panels} features)")
     except (ValueError, KeyError, TypeError, OSError, ImportError) as e:
         message = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"error: {message}", file=sys.stderr)

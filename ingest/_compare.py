@@ -27,7 +27,7 @@ from ingest._feature_space import ONE_HOT_MAX
 from ingest.names import nearest
 from ingest.statistics import FeatureStatistics, Statistics
 
-__all__ = ["compare", "DriftReport", "DriftRow", "jensen_shannon", "l_infinity"]
+__all__ = ["compare", "DriftReport", "DriftRow", "jensen_shannon", "l_infinity", "records_needed"]
 
 # Defaults measured on Seattle's daily weather 2012-2015 (vega_datasets' seattle-weather.csv,
 # 1,461 days; docs/drift.md has the whole table): the largest distance seen where nothing
@@ -40,6 +40,19 @@ __all__ = ["compare", "DriftReport", "DriftRow", "jensen_shannon", "l_infinity"]
 NUMERIC_THRESHOLD = 0.07
 CATEGORICAL_THRESHOLD = 0.15
 MISSING_THRESHOLD = 0.1
+
+# Sampling noise on the same data, the largest seen over every feature and seed, times the
+# power of the records that cancels its fall: JS falls as 1/n, the L-infinity distance and a
+# missing share as 1/sqrt(n), where n is the effective records of the two sides (1/n =
+# 1/baseline + 1/current: 365 for halves of 730 days, 182.5 for quarters).
+#   JS          halves 0.016 x 365 = 5.8, quarters 0.031 x 182.5 = 5.7
+#   L-infinity  halves 0.077 x sqrt(365) = 1.47, quarters 0.088 x sqrt(182.5) = 1.19
+#   missing     wind blanked on half the days (the largest spread, p = 0.5), 0.062 x sqrt(365) = 1.18
+# A threshold t tells drift from noise above NOISE_JS / t records, or (NOISE_SHARE / t)^2:
+# with the defaults 83 (JS), 96 (L-infinity) and 139 (a missing share near 50%).
+NOISE_JS = 5.8
+NOISE_L_INFINITY = 1.47
+NOISE_MISSING = 1.18
 
 # Bins of the histograms JS compares, each an equal share of the two sides pooled: the
 # distance does not change when a feature is rescaled (and barely when it is logged), and an
@@ -92,6 +105,10 @@ class DriftReport:
     # The two sides' {feature: FeatureStatistics}: what `plot` draws.
     statistics: tuple = dataclasses.field(default=({}, {}), repr=False, compare=False)
     current_split: str | None = None  # the current side's split, where it is not `split`
+    baseline_records: int | None = None  # records in the statistics compared (None: not given)
+    current_records: int | None = None
+    # Why the distances may mean little (a side too small for the thresholds), one line each.
+    warnings: tuple = ()
 
     @property
     def where(self) -> str:
@@ -142,7 +159,9 @@ class DriftReport:
             text = "  ".join(v.rjust(w) if c in numeric else v.ljust(w) for c, v, w in zip(columns, values, widths))
             return text.rstrip()
 
-        return "\n".join([head, "", line(columns), *(line(row) for row in cells)])
+        records = f"records: {_count(self.baseline_records)} baseline, {_count(self.current_records)} current"
+        notes = [f"warning: {w}" for w in self.warnings]
+        return "\n".join([head, records, *notes, "", line(columns), *(line(row) for row in cells)])
 
     def plot(self, path: str, *, features: int = 6) -> int:
         """Writes a PNG of the worst `features` (up to 6 by default): for numbers the two
@@ -153,6 +172,10 @@ class DriftReport:
 
 def _share(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _count(n: int | None) -> str:
+    return "?" if n is None else f"{n:,}"
 
 
 # --- distances: pure functions of the recorded statistics -------------------------------
@@ -204,9 +227,17 @@ def _values(s: FeatureStatistics) -> int:
     return s.values if s.values is not None else s.count
 
 
+def _infinities(s: FeatureStatistics) -> tuple:
+    """(-inf count, +inf count). Statistics recorded before -inf was counted apart have
+    `neg_inf` None: their `min` and `max` leave infinities out too, so every one counts as +inf."""
+    inf = s.inf or 0
+    negative = min(s.neg_inf or 0, inf)
+    return negative, inf - negative
+
+
 def numeric_histograms(a: FeatureStatistics, b: FeatureStatistics, *, bins: int = BINS):
     """The two sides' shares of values in common bins (pooled equal shares, see `BINS`),
-    then a NaN bin and an infinity bin; None when a side has no values."""
+    then a NaN bin, a -inf bin and a +inf bin; None when a side has no values."""
     if not _values(a) or not _values(b):
         return None
     quantiles = [np.asarray(s.quantiles, float) for s in (a, b) if s.quantiles]
@@ -214,9 +245,11 @@ def numeric_histograms(a: FeatureStatistics, b: FeatureStatistics, *, bins: int 
     out = []
     for s in (a, b):
         total = _values(s)
-        nan, inf = (s.nan or 0) / total, (s.inf or 0) / total
-        finite = _binned(np.asarray(s.quantiles, float), edges) * (1 - nan - inf) if s.quantiles else 0 * edges
-        out.append(np.concatenate([finite, [nan, inf]]))
+        nan = (s.nan or 0) / total
+        negative, positive = (n / total for n in _infinities(s))
+        share = 1 - nan - negative - positive
+        finite = _binned(np.asarray(s.quantiles, float), edges) * share if s.quantiles else 0 * edges
+        out.append(np.concatenate([finite, [nan, negative, positive]]))
     return out[0], out[1]
 
 
@@ -266,6 +299,13 @@ class _Side:
     stats: Mapping  # {feature: FeatureStatistics}
     specs: Mapping  # {feature: FeatureSpec}; empty when given bare Statistics
     class_named: str | None  # the label feature, when the dataset records class names
+    split: str | None  # the split compared (None: all of them)
+    others: Mapping  # {split: records} of the splits that hold records, for the empty-split error
+
+    @property
+    def records(self) -> int:
+        """Records in the split compared: every record counts once, with a feature or missing it."""
+        return max((s.count + s.missing for s in self.stats.values()), default=0)
 
 
 def _base_kind(spec: contract.FeatureSpec | None, s: FeatureStatistics) -> str | None:
@@ -366,6 +406,50 @@ def _over(value, threshold) -> float:
     return value / threshold
 
 
+# --- whether the sides are large enough for the thresholds -----------------------------
+
+
+def records_needed(row: DriftRow, missing_threshold: float, missing_share: float) -> tuple:
+    """(records, which threshold): the effective records (1/n = 1/baseline + 1/current) above
+    which sampling noise stays under `row`'s thresholds (see NOISE_JS), its distance's and
+    the missing share's at the pooled share `missing_share` (noise grows with its spread,
+    and there is none when nothing is missing)."""
+    need = (0.0, "")
+    if row.distance is not None and row.threshold:
+        if row.metric == "jensen_shannon":
+            need = (NOISE_JS / row.threshold, f"the numeric threshold {row.threshold:g}")
+        else:
+            need = ((NOISE_L_INFINITY / row.threshold) ** 2, f"the categorical threshold {row.threshold:g}")
+    spread = 2 * math.sqrt(missing_share * (1 - missing_share))  # 1 at a 50% share
+    if missing_threshold and spread:
+        missing = (NOISE_MISSING * spread / missing_threshold) ** 2
+        need = max(need, (missing, f"the missing share threshold {missing_threshold:g} ({row.feature})"))
+    return need
+
+
+def _too_small(rows, missing_threshold: float, baseline: int, current: int) -> tuple:
+    """One warning when the sides are too small for the thresholds' distances to tell drift from noise."""
+    if not baseline or not current:
+        return ()
+    effective = 1 / (1 / baseline + 1 / current)
+    needs = []
+    for r in rows:
+        if r.missing_baseline is None or r.missing_current is None:
+            share = 0.0
+        else:
+            share = (r.missing_baseline * baseline + r.missing_current * current) / (baseline + current)
+        needs.append(records_needed(r, missing_threshold, share))
+    need, which = max(needs, default=(0.0, ""))
+    if effective >= need:
+        return ()
+    return (
+        f"too few records for these thresholds: {baseline:,} baseline and {current:,} current count as "
+        f"{effective:,.0f} (1/n = 1/baseline + 1/current), and below about {math.ceil(need):,} sampling noise "
+        f"alone reaches {which}: drifted features here may be noise. Compare more records (a week of spans "
+        "against the weeks before), or raise the thresholds (docs/drift.md, Small samples)",
+    )
+
+
 # --- the entry point --------------------------------------------------------------------
 
 
@@ -396,7 +480,20 @@ def _side(x, which: str, split: str | None) -> _Side:
         raise ValueError(f"{which} {name} has no statistics for split {split!r}; splits: {sorted(statistics.splits)}")
     specs = {} if info is None else {f.name: f for f in info.features}
     class_named = info.label if info is not None and info.labels else None
-    return _Side(name, statistics.of(split), specs, class_named)
+    others = {n: _Side(name, statistics.of(n), {}, None, n, {}).records for n in statistics.splits}
+    return _Side(name, statistics.of(split), specs, class_named, split, {n: r for n, r in others.items() if r})
+
+
+def _check_not_empty(side: _Side, which: str) -> None:
+    """An empty split has no statistics to compare: every feature would read as missing on that side."""
+    if side.records:
+        return
+    what = f"{which} split {side.split!r} of {side.name}" if side.split else f"{which} {side.name}"
+    held = ", ".join(f"{n} ({r:,})" for n, r in side.others.items()) or "none"
+    raise ValueError(
+        f"{what} is empty (0 records): there is nothing to compare. "
+        f"Splits with records: {held}; pick one with --split/--current_split (split=, current_split=)"
+    )
 
 
 def _check_threshold(name: str, value) -> float:
@@ -449,6 +546,8 @@ def compare(
     )
     other = split if current_split is None else current_split
     base, cur = _side(baseline, "baseline", split), _side(current, "current", other)
+    _check_not_empty(base, "baseline")
+    _check_not_empty(cur, "current")
     names = list(base.stats) + [n for n in cur.stats if n not in base.stats]
     thresholds = dict(thresholds or {})
     unknown = [n for n in thresholds if n not in names]
@@ -461,14 +560,19 @@ def compare(
     own = {n: _check_threshold(f"thresholds[{n!r}]", v) for n, v in thresholds.items()}
     results = [_compare_feature(n, base, cur, limits, own.get(n)) for n in names]
     order = sorted(range(len(results)), key=lambda i: (not results[i][0].drifted, -results[i][1], i))
+    rows = tuple(results[i][0] for i in order)
+    warnings = _too_small(rows, limits.missing, base.records, cur.records)
     return DriftReport(
-        rows=tuple(results[i][0] for i in order),
+        rows=rows,
         baseline=base.name,
         current=cur.name,
         split=split,
         missing_threshold=limits.missing,
         statistics=(base.stats, cur.stats),
         current_split=None if other == split else other,
+        baseline_records=base.records,
+        current_records=cur.records,
+        warnings=warnings,
     )
 
 

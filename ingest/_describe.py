@@ -96,12 +96,14 @@ def feature_rows(info: contract.DatasetInfo, stats) -> list:
     return rows
 
 
-def label_rows(info: contract.DatasetInfo) -> list:
-    """The label's value counts per split, with each split's share."""
+def label_rows(info: contract.DatasetInfo, split: str | None = None) -> list:
+    """The label's value counts per split (only `split`'s when given), with each split's share."""
     st = info.statistics
     if info.label is None or st is None:
         return []
-    splits = [s.name for s in info.splits if info.label in st.splits.get(s.name, {})]
+    splits = [s.name for s in info.splits if info.label in st.splits.get(s.name, {}) and split in (None, s.name)]
+    if not splits:
+        return []
     per = {split: st.feature(info.label, split) for split in splits}
     overall = st.feature(info.label)
     values = [t.value for t in overall.top]
@@ -133,10 +135,18 @@ def describe(info: contract.DatasetInfo, path: str, split: str | None = None) ->
         "",
     ]
     columns = ["feature", "type", "missing", "min", "mean", "max", "std", "distinct", "top values"]
-    out.append(_table(feature_rows(info, stats), columns))
-    labels = label_rows(info)
+    if split is not None and not records.get(split):
+        held = ", ".join(f"{k} ({v:,})" for k, v in records.items() if v) or "none"
+        out[-2:] = (  # instead of the features' heading and an empty table
+            f"Split {split!r} is empty: the conversion put 0 records in it, so it has no statistics. "
+            f"Splits with records: {held}.",
+        )
+    else:
+        out.append(_table(feature_rows(info, stats), columns))
+    labels = label_rows(info, split)
     if labels:
-        out += ["", f"Label {info.label!r} per split:", "", _table(labels, list(labels[0]))]
+        title = f"Label {info.label!r} in split {split!r}:" if split else f"Label {info.label!r} per split:"
+        out += ["", title, "", _table(labels, list(labels[0]))]
     q = info.quarantine or {}
     out += ["", f"Quarantine: {q.get('records', 0):,} records"]
     if q.get("records"):

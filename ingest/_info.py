@@ -1,12 +1,10 @@
-"""Reading a dataset's metadata through TensorFlow's filesystems (local, gs://)."""
+"""Reading a dataset's metadata: local paths without TensorFlow, gs:// through its filesystems."""
 
 from __future__ import annotations
 
 import json
 
-import tensorflow as tf
-
-from ingest import _spans, contract
+from ingest import _files, _spans, contract
 
 __all__ = ["load_info", "load_spans", "read_vocabulary", "DatasetNotFoundError", "DatasetInfoError"]
 
@@ -44,9 +42,8 @@ def read_vocabulary(path: str, info: contract.DatasetInfo, name: str) -> tuple:
     """The vocabulary of text feature `name` of the dataset at `path` (its metadata `info`)."""
     file = f"{str(path).rstrip('/')}/{info.vocabularies[name]['file']}"
     try:
-        with tf.io.gfile.GFile(file, "rb") as f:
-            values = json.loads(f.read().decode("utf-8"))
-    except (tf.errors.OpError, ValueError) as e:
+        values = json.loads(_files.read_bytes(file).decode("utf-8"))
+    except (OSError, ValueError) as e:
         raise DatasetInfoError(
             f"{file}, the vocabulary of feature {name!r}, cannot be read ({e}): copy it along with the dataset, "
             "or reconvert the dataset"
@@ -63,22 +60,20 @@ def _load_one(path: str) -> contract.DatasetInfo:
     path = str(path).rstrip("/")
     meta = f"{path}/{contract.METADATA_FILENAME}"
     try:
-        if tf.io.gfile.exists(meta):
-            with tf.io.gfile.GFile(meta, "rb") as f:
-                data = f.read()
-            return _parse(meta, data)
-        exists = tf.io.gfile.isdir(path)
-        children = tf.io.gfile.listdir(path) if exists else []
-    except tf.errors.PermissionDeniedError as e:
+        if _files.exists(meta):
+            return _parse(meta, _files.read_bytes(meta))
+        exists = _files.isdir(path)
+        children = _files.listdir(path) if exists else []
+    except PermissionError as e:
         raise PermissionError(
-            f"permission denied reading the dataset at {path}: {e.message}. Give the account read access "
+            f"permission denied reading the dataset at {path}: {e}. Give the account read access "
             "(e.g. roles/storage.objectViewer on the bucket) or check its credentials "
             "(gcloud auth application-default login)"
         ) from e
-    except tf.errors.OpError as e:
-        raise DatasetNotFoundError(f"cannot read dataset at {path}: {e.message}") from e
+    except OSError as e:
+        raise DatasetNotFoundError(f"cannot read dataset at {path}: {e}") from e
     if not exists:
-        if tf.io.gfile.exists(path):
+        if _files.exists(path):
             raise DatasetNotFoundError(
                 f"{path} is a file, not a converted dataset: give make_dataset the directory a conversion wrote "
                 f"(it holds {contract.METADATA_FILENAME}); {_HOW_TO_CREATE}"

@@ -2,8 +2,9 @@
 
 In `dataset_info.json` they sit under "statistics": {"overall": {feature: {...}},
 "splits": {split: {feature: {...}}}}, one object per feature with the field names below.
-Numbers are over the values present (list features: every element); `min`, `max`,
-`mean`, `std` and `quantiles` leave out NaN and infinities, which `nan` and `inf` count.
+Numbers are over the values present (list features: every element); `mean`, `std` and
+`quantiles` leave out NaN and infinities, which `nan` and `inf` count (`neg_inf` those
+of them that are -inf); `min` and `max` leave out NaN only: -inf or +inf when there is one.
 Pure Python: Beam workers read it without TensorFlow.
 """
 
@@ -45,6 +46,7 @@ class FeatureStatistics:
     zeros: int | None = None
     nan: int | None = None
     inf: int | None = None
+    neg_inf: int | None = None  # of `inf`, the -inf values (None: recorded before it was counted)
     # text features, int64 features of up to 10,000 distinct values; bytes: `distinct` only
     distinct: int | None = None
     distinct_exact: bool | None = None  # False: HyperLogLog estimate, within 2%
@@ -211,16 +213,19 @@ def _merged_feature(parts: list) -> FeatureStatistics:
         mean = sum(k * p.mean for k, p in zip(n, numeric)) / total
         m2 = sum(k * (p.std or 0.0) ** 2 + k * (p.mean - mean) ** 2 for k, p in zip(n, numeric))
         out.update(
-            min=min(p.min for p in numeric),
-            max=max(p.max for p in numeric),
             mean=mean,
             std=(m2 / total) ** 0.5,
             quantiles=_mixture_quantiles([p.quantiles for p in numeric], n, integer=_all_int(numeric)),
         )
-    for key in ("zeros", "nan", "inf"):
+    bounded = [p for p in parts if p.min is not None]  # with a mean, or infinities only
+    if bounded:
+        out.update(min=min(p.min for p in bounded), max=max(p.max for p in bounded))
+    for key in ("zeros", "nan", "inf", "neg_inf"):
         present = _present([getattr(p, key) for p in parts])
         if present:
             out[key] = sum(present)
+    if out.get("neg_inf") is not None and any(p.inf and p.neg_inf is None for p in parts):
+        del out["neg_inf"]  # a part recorded before -inf was counted: the sum would be short
     out.update(_merged_counts(parts))
     for key in ("length", "list_length"):
         lengths = [(getattr(p, key), p.values if key == "length" and p.values else p.count) for p in parts]

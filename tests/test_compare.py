@@ -83,6 +83,50 @@ def seasons(weather, convert) -> tuple:
 # --- real data --------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def hours(convert) -> tuple:
+    """Seattle's hourly temperatures of 2010 with the keys a daily span carries: a day (24
+    rows), the week before it, and January and February (744 and 672 rows)."""
+    frame = pd.read_csv(real_csv("seattle-temps.csv"))
+    when = pd.to_datetime(frame.pop("date"))
+    frame["hour"], frame["month"], frame["weekday"] = when.dt.hour, when.dt.month, when.dt.day_of_week
+    day = when.dt.normalize()
+    one = pd.Timestamp("2010-03-10")
+    week = (day >= one - pd.Timedelta(days=7)) & (day < one)
+    return (
+        convert(frame[week], "week_before"),
+        convert(frame[day == one], "one_day"),
+        convert(frame[when.dt.month == 1], "january"),
+        convert(frame[when.dt.month == 2], "february"),
+    )
+
+
+def test_a_day_against_its_week_warns_that_it_is_too_small(hours, capsys):
+    week, day, *_ = hours
+    report = compare(week, day, thresholds={"month": 1, "weekday": 1})
+    assert (report.baseline_records, report.current_records) == (168, 24)
+    assert len(report.warnings) == 1
+    assert re.match(
+        r"too few records for these thresholds: 168 baseline and 24 current count as 21 .*"
+        r"and below about \d+ sampling noise alone reaches the categorical threshold 0\.15: .* may be noise",
+        report.warnings[0],
+    )
+    assert cli.main(["compare", week, day, "--threshold", "month=1", "--threshold", "weekday=1"]) in (0, 1)
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == "records: 168 baseline, 24 current" and out[2].startswith("warning: too few records")
+
+
+def test_a_month_against_the_next_is_large_enough_and_a_key_column_is_excluded(hours, halves):
+    *_, january, february = hours
+    report = compare(january, february)
+    assert (report.baseline_records, report.current_records, report.warnings) == (744, 672, ())
+    # The month is the span's key: always a different value, distance 1, until excluded.
+    assert report.row("month").distance == 1 and "month" in report.drifted
+    excluded = compare(january, february, thresholds={"month": 1})
+    assert excluded.row("month").distance == 1 and "month" not in excluded.drifted
+    assert compare(*halves).warnings == ()  # 730 days a side, as the defaults were measured
+
+
 def test_random_halves_of_real_data_do_not_drift(halves):
     report = compare(*halves)
     assert report.drifted == ()
@@ -268,6 +312,21 @@ def test_values_turning_nan_drift():
     assert jensen_shannon(*numeric_histograms(finite, half_nan)) == pytest.approx(coin)
 
 
+def test_infinities_of_the_other_sign_drift(convert):
+    # Converted from CSV text, as a file would hold them: every +inf against every -inf.
+    up = convert(pd.DataFrame({"x": ["inf"] * 20, "k": range(20)}), "all_up")
+    down = convert(pd.DataFrame({"x": ["-inf"] * 20, "k": range(20)}), "all_down")
+    report = compare(up, down)
+    assert report.row("x").distance == 1 and report.drifted == ("x",)
+    assert _info.load_info(down).statistics.feature("x").min == -math.inf
+    # Half of each sign against all +inf: the coin of test_values_turning_nan_drift.
+    both = FeatureStatistics(count=1000, missing=0, zeros=0, nan=0, inf=1000, neg_inf=500)
+    up_only = FeatureStatistics(count=1000, missing=0, zeros=0, nan=0, inf=1000, neg_inf=0)
+    coin = 0.5 * (math.log2(1 / 0.75) + 0.5 * math.log2(0.5 / 0.75) + 0.5 * math.log2(0.5 / 0.25))
+    assert jensen_shannon(*numeric_histograms(up_only, both)) == pytest.approx(coin)
+    assert jensen_shannon(*numeric_histograms(both, both)) == 0
+
+
 def test_categories_compare_by_the_largest_change_of_a_share():
     def text(counts: dict, *, distinct=None) -> FeatureStatistics:
         top = tuple(ValueCount(v, c) for v, c in counts.items())
@@ -302,12 +361,13 @@ def test_the_report_prints_an_aligned_table_worst_first(full, windy):
     assert isinstance(report, DriftReport)
     lines = str(report).splitlines()
     assert re.match(r".*windy \(current\) against .*full \(baseline\), split 'train': 6 features, 1 drifted", lines[0])
-    header, first = lines[2], lines[3]
+    assert lines[1] == "records: 1,461 baseline, 1,461 current"  # every day of 2012-2015
+    header, first = lines[3], lines[4]
     assert header.split()[:5] == ["feature", "kind", "metric", "distance", "threshold"]
     assert first.split()[:5] == ["wind", "numeric", "jensen_shannon", f"{report.row('wind').distance:.4f}", "0.07"]
-    assert "DRIFT" in first and not any("DRIFT" in line for line in lines[4:])
+    assert "DRIFT" in first and not any("DRIFT" in line for line in lines[5:])
     end = header.index("threshold") + len("threshold")  # numbers right-aligned under their heading
-    assert all(line[end - 4 : end] == "0.15" or line[end - 4 : end] == "0.07" for line in lines[3:])
+    assert all(line[end - 4 : end] == "0.15" or line[end - 4 : end] == "0.07" for line in lines[4:])
     assert MISSING_THRESHOLD == 0.1 and "missing share threshold 0.1" in lines[0]
 
 
@@ -368,6 +428,22 @@ def test_cli_names_the_nearest_flag_of_a_misspelt_one(capsys, flag, nearest):
     assert "--split, --current_split, --threshold," in last
 
 
+def test_cli_on_an_empty_split_says_so_and_exits_2(weather, convert, capsys):
+    path = convert(weather.head(6), "empty_eval", "--splits", "train=0.999,eval=0.001")
+    assert _info.load_info(path).split("eval").records == 0  # what the test is about
+    for args in (["--current_split", "eval"], ["--split", "eval", "--current_split", "train"]):
+        assert cli.main(["compare", path, path, *args]) == 2
+        captured = capsys.readouterr()
+        assert "drift" not in captured.out.lower()
+        assert re.fullmatch(
+            r"error: (current|baseline) split 'eval' of \S+ is empty \(0 records\): there is nothing to compare\. "
+            r"Splits with records: train \(6\); pick one .*\n",
+            captured.err,
+        )
+    with pytest.raises(ValueError, match=r"current split 'eval' of .* is empty \(0 records\)"):
+        compare(path, path, current_split="eval")
+
+
 def test_cli_exits_2_for_a_dataset_that_is_not_there(full, tmp_path, capsys):
     assert cli.main(["compare", full, str(tmp_path / "nothing")]) == 2
     err = capsys.readouterr().err
@@ -407,6 +483,35 @@ def test_lists_of_spans_and_splits_compare(full, halves, convert, weather, capsy
     assert report.drifted == () and "split 'eval' against split 'train'" in str(report)
     assert cli.main(["compare", both, both, "--current_split", "eval"]) == 0
     assert "split 'eval' against split 'train'" in capsys.readouterr().out
+
+
+def test_cli_prints_the_file_the_plot_went_to(seasons, tmp_path, capsys):
+    # No extension: matplotlib writes PATH.png, and that is the path printed.
+    assert cli.main(["compare", *seasons, "--plot", str(tmp_path / "drift")]) == 1
+    assert re.search(rf"wrote {re.escape(str(tmp_path / 'drift.png'))} \(\d features\)", capsys.readouterr().out)
+    assert (tmp_path / "drift.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize(
+    "plot, message",
+    [
+        (
+            "x.txt",
+            r"--plot \S*x\.txt: cannot write a \.txt file; the plot is written as PNG, SVG, PDF by the .* \S*x\.png",
+        ),
+        (".", r"--plot \S+ is a directory: give a file to write, e\.g\. \S+drift\.png"),
+    ],
+    ids=["extension", "directory"],
+)
+def test_cli_refuses_a_plot_format_or_directory_before_comparing(seasons, tmp_path, capsys, plot, message):
+    plot = str(tmp_path / plot)
+    for command in (["compare", *seasons], ["describe", seasons[0]]):
+        assert cli.main([*command, "--plot", plot]) in (1, 2)
+        out = capsys.readouterr()
+        assert out.out == ""  # before the tables: no comparison, no description
+        assert re.fullmatch(f"error: {message}\n", out.err), out.err
+    assert cli.main(["compare", *seasons, "--plot", plot]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 def test_cli_refuses_a_plot_it_cannot_write_before_comparing(full, windy, tmp_path, capsys):

@@ -108,6 +108,7 @@ def test_images_and_bad_values_are_refused(tmp):
     assert not os.path.exists(tmp / "o")
 
 
+@pytest.mark.slow
 def test_make_dataset_reads_a_converted_blocks_dataset_as_it_reads_rows(tmp):
     import ingest
 

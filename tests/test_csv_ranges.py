@@ -136,6 +136,7 @@ def _corpus(path, rows: int, *, quoted_newline=False, crlf=True, bad_row=None):
     return path
 
 
+@pytest.mark.slow
 def test_job_reads_ranges_exactly_once_with_crlf_quotes_and_no_final_newline(tmp, caplog):
     src = _corpus(tmp / "in.csv", 3000, bad_row=2500)
     caplog.set_level(logging.INFO, logger="beam_jobs")

@@ -53,6 +53,7 @@ def test_every_conversion_module_imports_without_loading_tensorflow_or_matplotli
     assert result["heavy"] == []
 
 
+@pytest.mark.slow
 def test_conversion_runs_where_tensorflow_and_matplotlib_cannot_be_imported(tmp_path):
     (tmp_path / "a.csv").write_text("x,y\n1,a\n2,b\n3,c\n")
     proc = _python(
@@ -166,6 +167,62 @@ def test_the_ingest_command_without_tensorflow_prints_the_install_command(comman
         f"error: `ingest {command[0]}` needs TensorFlow, which is not installed. "
         "Install it with: pip install 'ingest[tf]'"
     )
+
+
+@pytest.fixture(scope="module")
+def two_spans(tmp_path_factory) -> str:
+    """A directory of two converted daily spans (with statistics)."""
+    from beam_jobs import convert
+
+    root = tmp_path_factory.mktemp("metadata")
+    for day, rows in (("2026-11-25", "1.5,a\n2.5,b\n"), ("2026-11-26", "3.5,a\n-1,c\n")):
+        (root / f"{day}.csv").write_text("x,c\n" + rows)
+        convert.run(["--source", "csv", "--input", str(root / f"{day}.csv"), "--output", str(root / "spans" / day)])
+    return str(root / "spans")
+
+
+def _tensorflow_loaded() -> str:
+    return 'print("tensorflow loaded:", any(m.split(".")[0] == "tensorflow" for m in sys.modules))'
+
+
+def test_metadata_calls_do_not_import_tensorflow(two_spans):
+    day = f"{two_spans}/2026-11-25"
+    proc = _python(f"""
+        import ingest
+        info = ingest.load_info({day!r})
+        found = ingest.spans({two_spans!r})
+        merged = ingest.load_info({two_spans + "/*"!r})
+        x = merged.statistics.of("train")["x"]
+        report = ingest.compare({day!r}, found, split=None)
+        print(len(found), x.count, x.min, x.max, len(report.rows))
+        {_tensorflow_loaded()}
+    """)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines() == ["2 4 -1.0 3.5 2", "tensorflow loaded: False"]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["describe", "{day}"],
+        ["describe", "{day}", "--split", "train"],
+        ["compare", "{spans}/*", "{spans}/2026-11-2*"],
+    ],
+)
+def test_metadata_commands_do_not_import_tensorflow_or_print_its_log(two_spans, command):
+    argv = [a.format(day=f"{two_spans}/2026-11-25", spans=two_spans) for a in command]
+    proc = _python(f"""
+        import runpy
+        sys.argv = ["ingest", *{argv!r}]
+        try:
+            runpy.run_module("ingest", run_name="__main__", alter_sys=True)
+        except SystemExit as e:
+            print("exit", e.code)
+        {_tensorflow_loaded()}
+    """)
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-2:] == ["exit 0", "tensorflow loaded: False"], proc.stdout + proc.stderr[-3000:]
+    assert proc.stderr == ""  # TensorFlow's start-up lines (oneDNN, CUDA, cpu_feature_guard) go here
 
 
 def test_a_broken_module_inside_ingest_is_not_reported_as_tensorflow_missing():

@@ -1,4 +1,8 @@
-"""`ingest diagnose` names the bounding stage: as a pure decision, and on real pipelines."""
+"""`ingest diagnose` names the bounding stage: as a pure decision, and on real pipelines.
+
+The real pipelines are `slow` (they run in `make test`, not `make test-fast`): each times
+every stage of make_dataset, 8-30 s a test on 2 busy cores, 133 s of a 328 s fast tier.
+"""
 
 from __future__ import annotations
 
@@ -94,6 +98,7 @@ def _in_one_of_three(attempt) -> None:
     raise AssertionError(f"three attempts, none as expected: {seen}")
 
 
+@pytest.mark.slow
 def test_pipeline_bound_by_parsing_is_named(wide):
     def attempt():
         caps = {s.stage: s.records_per_sec for s in ingest.diagnose(wide, step_time_ms=1000, batch_size=64).stages}
@@ -105,6 +110,7 @@ def test_pipeline_bound_by_parsing_is_named(wide):
     _in_one_of_three(attempt)
 
 
+@pytest.mark.slow
 def test_pipeline_bound_by_reading_is_named(heavy):
     def attempt():
         caps = {s.stage: s.records_per_sec for s in ingest.diagnose(heavy, step_time_ms=1000, batch_size=16).stages}
@@ -115,6 +121,7 @@ def test_pipeline_bound_by_reading_is_named(heavy):
     _in_one_of_three(attempt)
 
 
+@pytest.mark.slow
 def test_blocks_are_measured_in_rows_through_read_parse_and_shuffle(tmp_path):
     rng = np.random.default_rng(2)
     table = pa.table({f"c{i}": rng.integers(0, 100, 20_000) for i in range(20)})
@@ -130,10 +137,12 @@ def test_blocks_are_measured_in_rows_through_read_parse_and_shuffle(tmp_path):
     _in_one_of_three(attempt)
 
 
+@pytest.mark.slow
 def test_ample_headroom_is_not_input_bound(wide):
     assert ingest.diagnose(wide, step_time_ms=10_000, batch_size=64).bottleneck is None
 
 
+@pytest.mark.slow
 def test_cli_prints_table_and_verdict(wide, capsys):
     from ingest.__main__ import main
 
@@ -143,6 +152,7 @@ def test_cli_prints_table_and_verdict(wide, capsys):
     assert main(["diagnose", wide + "-missing", "--step_time_ms", "5"]) == 1
 
 
+@pytest.mark.slow
 def test_cli_times_a_saved_model_for_the_demand(tmp_path, capsys):
     from ingest.__main__ import main
 
@@ -157,6 +167,7 @@ def test_cli_times_a_saved_model_for_the_demand(tmp_path, capsys):
     assert "train step of" in out and "| demand (model) |" in out
 
 
+@pytest.mark.slow
 def test_batches_over_the_memory_budget_are_memory_bound(wide):
     d = ingest.diagnose(wide, step_time_ms=10_000, batch_size=64, options=ingest.ReadOptions(ram_budget_bytes=4096))
     assert d.bottleneck == "memory" and "smaller batches" in d.advice

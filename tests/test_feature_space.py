@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -202,6 +204,24 @@ def test_describe_one_split_and_a_bad_split_fails_in_one_line(dataset, capsys):
     assert cli.main(["describe", dataset, "--split", "nope"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: no statistics for split 'nope'")
+
+
+def test_describe_of_one_split_shows_that_split_s_labels_only(dataset, capsys):
+    assert cli.main(["describe", dataset, "--split", "eval"]) == 0
+    out = capsys.readouterr().out
+    assert "Label 'y' in split 'eval':" in out and "| label | eval |" in out
+    assert "| label | train" not in out and "per split" not in out
+
+
+def test_describe_of_an_empty_split_says_it_is_empty(tmp, capsys):
+    path = convert_table(tmp, _table(5, missing=False), "--label", "y", "--splits", "train=0.999,eval=0.001")
+    assert ingest.load_info(path).split("eval").records == 0  # what the test is about
+    assert cli.main(["describe", path, "--split", "eval"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(
+        r"Split 'eval' is empty: the conversion put 0 records in it.*Splits with records: train \(5\)", out
+    )
+    assert "| feature |" not in out and "| label |" not in out
 
 
 def test_describe_shows_the_quarantine(tmp):

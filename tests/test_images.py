@@ -426,6 +426,7 @@ def test_metadata_records_the_vocabulary(image_dataset):
     assert info["image"]["feature"] == "image/encoded"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("training", [True, False])
 def test_large_jpeg_windows_decoded_at_reduced_scale_match_the_full_decode(tmp, training):
     # A smooth 2-D gradient: a window taken from the wrong place or scale changes the colours.

@@ -316,6 +316,7 @@ def test_two_conversions_into_one_output_one_wins_the_other_is_refused(tmp):
 # --- item 19: one clear error, once ----------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_failed_command_prints_one_error_line_without_traceback(tmp):
     src = _csv(tmp, "bad", [1, "x", "y"])
     done = _cli(

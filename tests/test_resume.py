@@ -261,6 +261,7 @@ def test_start_batch_from_a_variable_is_read_when_the_iterator_is_created(datase
     assert _uninterrupted(ds, 10) == whole[30:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("epochs", [1, 2])
 def test_start_batch_with_finite_epochs_yields_the_rest_of_the_stream(dataset, epochs):
     kwargs = dict(batch_size=BATCH, num_epochs=epochs, seed=11)
@@ -346,6 +347,7 @@ def test_keras_fit_killed_mid_epoch_resumes_to_the_same_weights(dataset, tmp_pat
     )
 
 
+@pytest.mark.slow
 def test_distribute_resumes_at_a_global_step_under_mirrored_strategy(dataset):
     # tf.distribute's iterators cannot be checkpointed (tensorflow/tensorflow#56372): a run
     # resumes from the step its checkpoint holds. Two replicas (logical CPUs) fed by one
@@ -416,6 +418,7 @@ def test_canonical_partitions_give_the_same_global_batches_for_any_number_of_pip
     assert two[0] != sorted(range(BATCH)) and two[0] != sorted(two[EPOCH])
 
 
+@pytest.mark.slow
 def test_canonical_partitions_checkpoint_like_any_iterator(dataset, tmp_path):
     def make():
         ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1)

@@ -178,6 +178,7 @@ def test_default_shuffle_reads_every_row_once_in_another_order(both):
         assert sorted(ids) == list(range(4000)) and ids != list(range(4000))
 
 
+@pytest.mark.slow
 def test_a_seed_makes_block_runs_identical_and_another_seed_differs(both):
     def run(seed, **kwargs):
         return _batches(ingest.make_dataset(both[1], batch_size=64, seed=seed, num_epochs=2, **kwargs))
@@ -287,6 +288,7 @@ def test_shuffled_rows_hold_the_same_values_in_both_layouts(both):
     assert len(rows) == 4000 and rows == blocks
 
 
+@pytest.mark.slow
 def test_rows_of_a_batch_scatter_in_the_next_epoch(both, monkeypatch):
     batch_size, n = 64, 4000
 
@@ -382,6 +384,7 @@ def test_a_shard_cut_to_before_every_block_of_a_window_names_the_first(blocks_co
             pass
 
 
+@pytest.mark.slow
 def test_blocks_holding_other_row_counts_than_the_metadata_are_named(blocks_copy):
     meta = os.path.join(blocks_copy, contract.METADATA_FILENAME)
     info = json.loads(open(meta).read())
@@ -398,6 +401,7 @@ def test_blocks_holding_other_row_counts_than_the_metadata_are_named(blocks_copy
         _ids(ingest.make_dataset(blocks_copy, batch_size=64, shuffle=False, skip_corrupt=True))
 
 
+@pytest.mark.slow
 def test_a_malformed_block_is_named_by_its_shard_and_position(blocks_copy):
     path = _shard_path(blocks_copy)
     frames = _frames(path)
@@ -410,6 +414,7 @@ def test_a_malformed_block_is_named_by_its_shard_and_position(blocks_copy):
             _ids(ingest.make_dataset(blocks_copy, batch_size=64, shuffle=False, options=options))
 
 
+@pytest.mark.slow
 def test_skip_corrupt_on_blocks_counts_the_lost_rows(blocks_copy):
     path = _shard_path(blocks_copy)
     info = ingest.load_info(blocks_copy)
@@ -452,6 +457,7 @@ def test_cached_blocks_reshuffle_every_epoch(both, tmp_path, cache):
     assert all(sorted(e) == list(range(4000)) for e in epochs) and epochs[0] != epochs[1] != epochs[2]
 
 
+@pytest.mark.slow
 def test_blocks_cached_in_memory_are_a_global_shuffle_each_epoch(both):
     # Windows of one block from a one-block buffer: streaming, rows barely leave their block.
     narrow = ingest.ReadOptions(block_window=1, block_shuffle_buffer=1)
@@ -467,6 +473,7 @@ def test_blocks_cached_in_memory_are_a_global_shuffle_each_epoch(both):
     assert reshare(cache="memory") < 1.5 * ideal
 
 
+@pytest.mark.slow
 def test_cached_columns_hold_the_values_the_stream_delivers(both):
     def by_id(**kwargs):
         rows = {}

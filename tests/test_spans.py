@@ -102,6 +102,7 @@ def test_a_glob_reads_what_the_list_reads(months):
         _read([f"{root}/2012-02", f"{root}/2012-0[2-3]"])
 
 
+@pytest.mark.slow
 def test_spans_resume_exactly_and_seek(months, tmp_path):
     root, _ = months
     paths = ingest.spans(root)
@@ -189,6 +190,7 @@ def test_class_ids_of_spans_whose_label_classes_differ_are_refused(months, tmp_p
     assert {v for y in labels for v in y.numpy().tolist()} >= {b"rain", b"snow"}
 
 
+@pytest.mark.slow
 def test_spans_feed_a_mirrored_strategy_every_row_once(months):
     root, rows = months
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -289,6 +291,7 @@ def _as_format_2(path) -> None:
         json.dump(meta, f)
 
 
+@pytest.mark.slow
 def test_spans_converted_before_and_after_dictionaries_read_as_one(tmp_path):
     """A daily retraining's spans span an upgrade: format 2 and 3 blocks meet in one window."""
     from ingest import _request

@@ -106,11 +106,13 @@ def _check_number(st, col: pa.Array, *, records: bool = True):
     if records:
         assert st.count == len(present) and st.missing == len(col) - len(present)
     assert st.nan == int(np.isnan(values).sum()) and st.inf == int(np.isinf(values).sum())
+    assert st.neg_inf == int((values == -np.inf).sum())
     assert st.zeros == int((finite == 0).sum())
-    assert (st.min, st.max) == (finite.min(), finite.max())
+    numbers = values[~np.isnan(values)]  # infinities are the extremes where there are any
+    assert (st.min, st.max) == (numbers.min(), numbers.max())
     assert st.mean == pytest.approx(finite.astype(np.float64).mean(), rel=1e-9, abs=1e-12)
     assert st.std == pytest.approx(finite.astype(np.float64).std(), rel=1e-9)
-    assert len(st.quantiles) == 101 and (st.quantiles[0], st.quantiles[-1]) == (st.min, st.max)
+    assert len(st.quantiles) == 101 and (st.quantiles[0], st.quantiles[-1]) == (finite.min(), finite.max())
     assert _rank_error(st.quantiles, finite) <= 0.01
 
 
@@ -278,6 +280,33 @@ def _stats_of(parts, dtype="float32"):
         keys_seed += 1
         acc.merge(piece)
     return acc.to_json()
+
+
+@pytest.mark.parametrize(
+    "parts, lo, hi",
+    [
+        ([[1.0, -np.inf]], -np.inf, 1.0),
+        ([[1.0], [np.inf, 2.5]], 1.0, np.inf),
+        ([[-np.inf], [-np.inf, np.nan]], -np.inf, -np.inf),  # no finite value: the extremes still say which
+        ([[np.inf, -np.inf, 3.0, np.nan]], -np.inf, np.inf),
+    ],
+)
+def test_min_and_max_are_the_infinities_where_there_are_any(parts, lo, hi):
+    d = _stats_of(parts)
+    values = np.concatenate(parts)
+    assert (d["min"], d["max"]) == (lo, hi)
+    assert (d["inf"], d["neg_inf"]) == (int(np.isinf(values).sum()), int((values == -np.inf).sum()))
+    finite = values[np.isfinite(values)]
+    ends = (d["quantiles"][0], d["quantiles"][-1]) if len(finite) else ()
+    assert ends == ((finite.min(), finite.max()) if len(finite) else ())  # the quantiles stay finite
+    # Read back from the metadata's JSON, and merged as spans are.
+    from ingest.statistics import FeatureStatistics, Statistics, merge
+
+    st = FeatureStatistics.from_json(json.loads(json.dumps(d)), "x")
+    assert (st.min, st.max, st.neg_inf) == (lo, hi, d["neg_inf"])
+    halves = [Statistics({"x": FeatureStatistics.from_json(_stats_of([p]), "x")}, {}) for p in parts]
+    merged = merge(halves).overall["x"]
+    assert (merged.min, merged.max, merged.inf, merged.neg_inf) == (lo, hi, d["inf"], d["neg_inf"])
 
 
 def test_moments_merge_stably_far_from_zero():

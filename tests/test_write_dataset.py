@@ -213,6 +213,7 @@ def test_two_writers_into_one_output_are_refused_when_built(tmp):
     _ = rows | "C" >> WriteDataset(str(tmp / "other"))  # another output is fine
 
 
+@pytest.mark.slow
 def test_shard_counts_are_planned_from_the_data_or_given(tmp, monkeypatch):
     from beam_jobs.output import shard_plan
 

@@ -5,7 +5,8 @@ One `FeatureStats` per feature and split; each bundle fills its own and Beam mer
 `dataset_info.json` (`to_json`) is described in `ingest.contract.FeatureStatistics`.
 
     numbers    count, mean and M2 merged by Chan's parallel update (population std),
-               exact min/max/zeros/nan/inf, quantiles from a uniform sample
+               exact min/max (infinities included)/zeros/nan/inf/neg_inf, quantiles of
+               the finite values from a uniform sample
     text, int  value counts: exact up to EXACT_VALUES distinct values; beyond, text goes to
                DataSketches (HLL for `distinct`, frequent items for `top`) and an int
                feature is treated as a number only (no vocabulary to learn)
@@ -519,6 +520,7 @@ class FeatureStats:
         self.moments = _Moments() if kind == "number" else None
         self.extremes = [None, None]
         self.zeros = self.nan = self.inf = 0
+        self.neg_inf = 0  # of `inf`: min is -inf when there is one, max +inf when `inf` has more
         self.sample = _Sample() if kind == "number" else None
         # Binary values are counted by digest: `distinct` only, no `top` of raw bytes.
         self.counts = _Counts(sketch_beyond=kind != "number") if kind != "number" or dtype == "int64" else None
@@ -556,6 +558,7 @@ class FeatureStats:
             nan = np.isnan(x)
             self.nan += int(nan.sum())
             self.inf += int((~finite & ~nan).sum())
+            self.neg_inf += int((x == -np.inf).sum())
             rows = np.flatnonzero(finite)
             x, keys = x.take(rows), keys.subset(rows)
             total = _totals(x)
@@ -579,6 +582,7 @@ class FeatureStats:
         self.values += other.values
         self.nan += other.nan
         self.inf += other.inf
+        self.neg_inf += other.neg_inf
         if self.moments is not None:
             self.sample.merge(other.sample)
             if other.moments.n:
@@ -603,16 +607,17 @@ class FeatureStats:
             out["list_length"] = self.list_lengths.result()
         if self.kind == "number":
             m = self.moments
-            lo, hi = self.extremes
+            lo, hi = self.extremes  # finite: the quantiles span them
             out.update(
-                min=lo,
-                max=hi,
+                min=-np.inf if self.neg_inf else np.inf if lo is None and self.inf else lo,
+                max=np.inf if self.inf > self.neg_inf else -np.inf if hi is None and self.inf else hi,
                 mean=m.mean if m.n else None,
                 std=float(np.sqrt(m.m2 / m.n)) if m.n else None,
                 quantiles=self._quantiles(lo, hi),
                 zeros=self.zeros,
                 nan=self.nan,
                 inf=self.inf,
+                neg_inf=self.neg_inf,
             )
         else:
             out["length"] = self.lengths.result()
