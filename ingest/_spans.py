@@ -182,8 +182,24 @@ def merged(paths: tuple, infos: tuple) -> Spans:
         statistics=None if any(s is None for s in stats) else statistics.merge(stats),
         # A text label's class ids mean the same in every span only if their classes agree.
         labels=first.labels if all(i.labels == first.labels for i in infos) else (),
+        image=_merged_image(infos),
     )
     return Spans(root, paths, infos, info)
+
+
+def _merged_image(infos) -> dict:
+    """The first span's image metadata with every span's stored formats: the decoder picks its
+    path from them (a span of raw pixels read with one of JPEGs needs both)."""
+    first = dict(infos[0].image or {})
+    if not first:
+        return first
+    formats = {}
+    if not all((info.image or {}).get("formats") for info in infos):
+        return {**first, "formats": {}}  # a span that does not say: every image takes the general decoder
+    for info in infos:
+        for name, count in info.image["formats"].items():
+            formats[name] = formats.get(name, 0) + count
+    return {**first, "formats": formats}
 
 
 def _extreme(pick, values):
