@@ -263,12 +263,6 @@ class ImageOptions:
         if self.dtype == "uint8" and self.scale:
             raise ValueError("image dtype 'uint8' keeps pixel values 0-255: use normalize=None, or a float image dtype")
 
-    def resolved(self, *, split: str, shuffle: bool) -> "ImageOptions":
-        """These options with `training=None` decided for a read of `split`."""
-        if self.training is not None:
-            return self
-        return dataclasses.replace(self, training=bool(split == "train" and shuffle))
-
     @property
     def scale(self) -> bool:
         """Whether pixel values are divided by 255 (every normalization but None)."""
