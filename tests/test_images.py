@@ -574,6 +574,16 @@ def test_eval_and_unshuffled_reads_are_not_augmented_by_default(split_dataset, r
         np.testing.assert_array_equal(_pass(split_dataset, **read), _pass(split_dataset, **{**read, **central}))
 
 
+def test_eval_batches_are_identical_across_passes_in_file_order(split_dataset):
+    ds = ingest.make_dataset(
+        split_dataset, split="eval", batch_size=3, image_size=(24, 24), shuffle=False, deterministic=True
+    )
+    first, second = ([x.numpy() for x, _ in ds] for _ in range(2))
+    assert len(first) == len(second) >= 2
+    for a, b in zip(first, second):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_eval_split_read_shuffled_is_still_not_augmented(split_dataset):
     np.testing.assert_array_equal(
         _pass(split_dataset, split="eval", image_size=(24, 24), seed=1),
