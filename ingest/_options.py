@@ -163,6 +163,7 @@ class ReadOptions:
 
 
 IMAGE_DTYPES = ("bfloat16", "float32", "uint8")
+IMAGENET_MEAN_STD = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 
 
 def _range(name: str, value, *, high: float) -> tuple:
@@ -178,9 +179,6 @@ def _range(name: str, value, *, high: float) -> tuple:
             + (" (None takes no random crop)" if name == "crop_area" else "")
         )
     return (low_v, high_v)
-
-
-IMAGENET_MEAN_STD = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,9 +197,10 @@ class ImageOptions:
     crop_aspect: (min, max) width/height ratio of the random crop, 0 < min <= max;
         (3/4, 4/3) by default.
     flip: a random left-right flip when training.
-    crop_small: also random-crop images no larger than `size` on both sides. False (the
-        default) takes them whole: a crop of such an image only upsamples fewer of its
-        pixels (an 8x8 digit cropped to 8% keeps 5 of its 64 pixels).
+    crop_small: also crop images no larger than `size` on both sides (randomly when
+        training, centrally when not). False (the default) takes them whole: a crop of
+        such an image only upsamples fewer of its pixels (an 8x8 digit cropped to 8%
+        keeps 5 of its 64 pixels).
     channels: 3 (RGB) or 1 (grayscale).
     dtype: "float32", "bfloat16" or "uint8".
     normalize: None (pixel values 0-255), "unit" ([0, 1]), "imagenet" (ImageNet mean and
