@@ -600,6 +600,17 @@ def test_shuffled_train_split_is_augmented_by_default_and_training_false_turns_i
     assert not differ(image_size=(24, 24), training=False)
 
 
+def test_the_small_image_check_is_left_out_only_when_the_statistics_prove_no_image_small(split_dataset):
+    import dataclasses
+
+    from ingest._parse import _may_be_small
+
+    info = ingest.load_info(split_dataset)  # every image 40x56 (height x width)
+    assert not _may_be_small(info, (24, 24)) and not _may_be_small(info, (40, 50)) and not _may_be_small(info, (30, 56))
+    assert _may_be_small(info, (40, 56)) and _may_be_small(info, (64, 64))
+    assert _may_be_small(dataclasses.replace(info, statistics=None), (24, 24))  # --no_statistics: checked per image
+
+
 def _coordinates(h, w, step=1):
     """An image whose red channel is the column and green the row (times `step`): a crop's pixels say where it was."""
     yy, xx = np.mgrid[0:h, 0:w]
