@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import io
 import json
@@ -601,8 +602,6 @@ def test_shuffled_train_split_is_augmented_by_default_and_training_false_turns_i
 
 
 def test_the_small_image_check_is_left_out_only_when_the_statistics_prove_no_image_small(split_dataset):
-    import dataclasses
-
     from ingest._parse import _may_be_small
 
     info = ingest.load_info(split_dataset)  # every image 40x56 (height x width)
@@ -799,6 +798,11 @@ def test_raw_and_encoded_spans_read_as_one(tmp):
         assert len(images) == 2
         for image in images:
             np.testing.assert_array_equal(image[0], arr)
+    gray = dataclasses.replace(_identity((20, 30)), channels=1)
+    expected = tf.image.rgb_to_grayscale(arr).numpy()
+    for name in ("raw", "png"):  # grayscale from raw pixels as from a decoded PNG
+        (image,) = [x.numpy() for x, _ in ingest.make_dataset(tmp / "spans" / name, batch_size=1, image=gray)]
+        np.testing.assert_array_equal(image[0], expected)
 
 
 def test_a_raw_record_whose_bytes_do_not_fit_its_shape_fails_or_is_skipped(tmp):
