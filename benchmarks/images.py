@@ -162,7 +162,51 @@ def bytes_per_image(info) -> float:
     return sum(s.bytes for s in info.splits) / max(1, sum(s.records for s in info.splits))
 
 
-def main(argv=None) -> int:
+def _converted(corpora, args) -> tuple:
+    """({corpus: dataset}, {corpus: info}, {corpus: images/s}) of the originals kept, converted up to 3 times."""
+    datasets, infos, conversions = {}, {}, {}
+    for name, src in corpora.items():
+        datasets[name] = os.path.join(args.workdir, f"images-ds-{os.path.basename(src)}")
+        rates = []
+        for _ in range(min(args.runs, 3)):
+            infos[name], seconds = convert_images(src, datasets[name])
+            rates.append(infos[name].source["rows"] / seconds)
+        conversions[name] = statistics.median(rates)
+    return datasets, infos, conversions
+
+
+def _stored(root, workdir) -> dict:
+    """The corpus at `root` stored for training: {name: (dataset, info, images/s converted)}."""
+    stored = {}
+    for name, flags in STORED.items():
+        out = os.path.join(workdir, f"images-ds-{os.path.basename(root)}-{name.replace(' ', '-')}")
+        info, seconds = convert_images(root, out, *flags)
+        stored[name] = (out, info, info.source["rows"] / seconds)
+    return stored
+
+
+def _resized(corpora, files, workdir) -> list:
+    """Size change and speed of --max_side 512 --reencode jpeg --quality 90 on each corpus."""
+    sized = []
+    for name, src in corpora.items():
+        in_mb = sum(os.path.getsize(f) for f in files[name]) / 2**20
+        flags = ("--max_side", "512", "--reencode", "jpeg", "--quality", "90")
+        info, seconds = convert_images(src, os.path.join(workdir, "images-resized"), *flags)
+        out_mb = sum(s.bytes for s in info.splits) / 2**20
+        sized.append(
+            {
+                "corpus": name,
+                "images": info.source["rows"],
+                "input_mb": in_mb,
+                "output_mb": out_mb,
+                "size_ratio": out_mb / in_mb,
+                "images_per_sec": info.source["rows"] / seconds,
+            }
+        )
+    return sized
+
+
+def _args(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--images", type=int, default=2000)
     p.add_argument("--runs", type=int, default=5)
@@ -176,6 +220,11 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.quick:
         args.images, args.runs, args.large_images, args.batches, args.warmup_batches = 300, 1, 20, 10, 3
+    return args
+
+
+def main(argv=None) -> int:
+    args = _args(argv)
     cores = pin_cores(args.cores)
     import ingest
 
@@ -183,19 +232,8 @@ def main(argv=None) -> int:
     large = corpus.ensure_images(args.workdir, args.large_images, height=1536, width=2048)
     corpora = {"500x375": root, "2048x1536": large}
     files = {k: sorted(glob.glob(os.path.join(v, "*", "*.jpg"))) for k, v in corpora.items()}
-    datasets, conversions, infos = {}, {}, {}
-    for name, src in corpora.items():
-        datasets[name] = os.path.join(args.workdir, f"images-ds-{os.path.basename(src)}")
-        rates = []
-        for _ in range(min(args.runs, 3)):
-            infos[name], seconds = convert_images(src, datasets[name])
-            rates.append(infos[name].source["rows"] / seconds)
-        conversions[name] = statistics.median(rates)
-    stored = {}  # the 500x375 corpus stored for training: {name: (dataset, info, images/s converted)}
-    for name, flags in STORED.items():
-        out = os.path.join(args.workdir, f"images-ds-{os.path.basename(root)}-{name.replace(' ', '-')}")
-        info, seconds = convert_images(root, out, *flags)
-        stored[name] = (out, info, info.source["rows"] / seconds)
+    datasets, infos, conversions = _converted(corpora, args)
+    stored = _stored(root, args.workdir)
 
     rows = []
     for name in corpora:
@@ -214,30 +252,7 @@ def main(argv=None) -> int:
         per_image.update({f"make_dataset, {k}": bytes_per_image(info) for k, (_, info, _) in stored.items()})
         rows.extend({"corpus": name, **r, "bytes_per_image": per_image[r["pipeline"]]} for r in measured)
 
-    sized = []
-    for name, src in corpora.items():
-        in_mb = sum(os.path.getsize(f) for f in files[name]) / 2**20
-        info, seconds = convert_images(
-            src,
-            os.path.join(args.workdir, "images-resized"),
-            "--max_side",
-            "512",
-            "--reencode",
-            "jpeg",
-            "--quality",
-            "90",
-        )
-        out_mb = sum(s.bytes for s in info.splits) / 2**20
-        sized.append(
-            {
-                "corpus": name,
-                "images": info.source["rows"],
-                "input_mb": in_mb,
-                "output_mb": out_mb,
-                "size_ratio": out_mb / in_mb,
-                "images_per_sec": info.source["rows"] / seconds,
-            }
-        )
+    sized = _resized(corpora, files, args.workdir)
     stored_rows = [
         {
             "conversion": " ".join(STORED[name]),
