@@ -139,8 +139,11 @@ def make_dataset(
             not both.
         image_size: (height, width) of the images yielded; needed to decode an image
             dataset (or `image=`, or `features=[...]` for the raw records).
-        training: True (the default) takes a random resized crop (for JPEGs only the crop
-            is decoded) and a random flip; False a central crop.
+        training: True takes a random resized crop (for JPEGs only the crop is decoded)
+            and a random flip, set by `ImageOptions` (`crop_area`, `crop_aspect`, `flip`,
+            `crop_small`); False the central crop, the same pixels every pass. None (the
+            default): True only for the "train" split read with `shuffle=True`, so an
+            eval split or an unshuffled read is never augmented unless asked.
         channels: 3 (the default, RGB) or 1 (grayscale).
         image_dtype: "float32" (the default), "bfloat16" or "uint8".
         normalize: None (0-255), "unit" ([0, 1]), "imagenet" or (mean, std) per channel

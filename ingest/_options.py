@@ -166,14 +166,41 @@ IMAGE_DTYPES = ("bfloat16", "float32", "uint8")
 IMAGENET_MEAN_STD = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 
 
+def _range(name: str, value, *, high: float) -> tuple:
+    """A (min, max) pair with 0 < min <= max <= high, as floats; ValueError naming `name` otherwise."""
+    bound = "1" if high == 1.0 else "inf"
+    try:
+        low_v, high_v = (float(v) for v in value)
+    except (TypeError, ValueError):
+        low_v = high_v = math.nan
+    if isinstance(value, (str, bytes)) or not (0 < low_v <= high_v <= high):
+        raise ValueError(
+            f"ImageOptions.{name} must be a (min, max) pair with 0 < min <= max <= {bound}, got {value!r}"
+            + (" (None takes no random crop)" if name == "crop_area" else "")
+        )
+    return (low_v, high_v)
+
+
 @dataclasses.dataclass(frozen=True)
 class ImageOptions:
     """How `make_dataset` decodes, augments and finishes the images of an image dataset.
 
     size: (height, width) of the images it yields.
-    training: True takes a random resized crop (area 8%-100%, aspect 3/4-4/3, as in the
-        Inception/ResNet recipes; for JPEGs only the crop is decoded) and a random flip;
-        False the central 87.5% crop, the usual evaluation transform.
+    training: True augments: a random resized crop (for JPEGs only the crop is decoded)
+        and a random left-right flip, as set below. False takes the central 87.5% crop,
+        the usual evaluation transform, the same pixels every pass. None (the default):
+        True when `make_dataset` reads the "train" split with `shuffle=True`, else False,
+        so evaluation is never augmented unless asked.
+    crop_area: (min, max) fraction of the image's area the random crop covers, 0 < min <=
+        max <= 1. (0.08, 1.0), the Inception/ResNet recipe, by default. None: no random
+        crop, the whole image is resized (the flip alone).
+    crop_aspect: (min, max) width/height ratio of the random crop, 0 < min <= max;
+        (3/4, 4/3) by default.
+    flip: a random left-right flip when training.
+    crop_small: also crop images no larger than `size` on both sides (randomly when
+        training, centrally when not). False (the default) takes them whole: a crop of
+        such an image only upsamples fewer of its pixels (an 8x8 digit cropped to 8%
+        keeps 5 of its 64 pixels).
     channels: 3 (RGB) or 1 (grayscale).
     dtype: "float32", "bfloat16" or "uint8".
     normalize: None (pixel values 0-255), "unit" ([0, 1]), "imagenet" (ImageNet mean and
@@ -182,10 +209,15 @@ class ImageOptions:
     """
 
     size: tuple
-    training: bool = True
+    training: bool | None = None
     channels: int = 3
     dtype: str = "float32"
     normalize: object = "default"
+    # The Inception/ResNet random-resized-crop ranges.
+    crop_area: tuple | None = (0.08, 1.0)
+    crop_aspect: tuple = (3.0 / 4.0, 4.0 / 3.0)
+    flip: bool = True
+    crop_small: bool = False
 
     def __post_init__(self):
         try:
@@ -195,8 +227,16 @@ class ImageOptions:
         if height < 1 or width < 1:
             raise ValueError(f"image size must be positive, got {self.size!r}")
         object.__setattr__(self, "size", (height, width))  # lists and NumPy ints in, a hashable pair out
-        if self.training not in (True, False):
-            raise ValueError(f"training must be True or False, got {self.training!r}")
+        if self.training not in (True, False, None):
+            raise ValueError(
+                f"training must be True, False or None (True for the shuffled train split), got {self.training!r}"
+            )
+        if self.crop_area is not None:
+            object.__setattr__(self, "crop_area", _range("crop_area", self.crop_area, high=1.0))
+        object.__setattr__(self, "crop_aspect", _range("crop_aspect", self.crop_aspect, high=math.inf))
+        for name in ("flip", "crop_small"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"ImageOptions.{name} must be True or False, got {getattr(self, name)!r}")
         if self.channels not in (1, 3):
             raise ValueError(f"channels must be 1 (grayscale) or 3 (RGB), got {self.channels!r}")
         if self.dtype not in IMAGE_DTYPES:

@@ -164,6 +164,9 @@ def build(
         _check_span_classes(view, label, path)
     label_classes = _label_classes(info, label, path) if label_ids else ()
     image = None if raw else _decoded_images(info, path, features, image)
+    if image is not None and image.training is None:
+        # Augment only what trains: another split, or any unshuffled read, gets the eval transform.
+        image = dataclasses.replace(image, training=bool(split == "train" and shuffle))
     selected = _selected_features(info, path, features, label, image)
     pad_lengths = _checked_pad_lengths(info, selected, pad_lengths, static_shapes)
     cache = _checked_cache(cache)

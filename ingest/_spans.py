@@ -113,12 +113,9 @@ def _real(path: str) -> str:
 def _job_of(path: str) -> str | None:
     """The id of the conversion that wrote the dataset at `path`, from its metadata; None
     where there is none (older conversions) or the file cannot be parsed (reading it says why)."""
-    import tensorflow as tf
-
     try:
-        with tf.io.gfile.GFile(f"{path}/{contract.METADATA_FILENAME}", "rb") as f:
-            source = json.loads(f.read()).get("source")
-    except (ValueError, AttributeError, tf.errors.OpError):
+        source = json.loads(_gfile().read_bytes(f"{path}/{contract.METADATA_FILENAME}")).get("source")
+    except (ValueError, AttributeError, OSError):
         return None
     job = source.get("job") if isinstance(source, dict) else None
     return job if isinstance(job, str) and job else None
@@ -237,6 +234,7 @@ def merged(paths: tuple, infos: tuple) -> Spans:
         # A text label's class ids mean the same in every span only if their classes agree.
         labels=first.labels if all(i.labels == first.labels for i in infos) else (),
         vocabularies=_longest_vocabularies(relative, infos),
+        image=_merged_image(infos),
     )
     return Spans(root, paths, infos, info)
 
@@ -249,6 +247,21 @@ def _longest_vocabularies(relative: tuple, infos: tuple) -> dict:
         size, rel, entry = max((i.vocabularies[name]["size"], r, i.vocabularies[name]) for r, i in zip(relative, infos))
         out[name] = {**entry, "file": f"{rel}/{entry['file']}" if rel else entry["file"]}
     return out
+
+
+def _merged_image(infos) -> dict:
+    """The first span's image metadata with every span's stored formats: the decoder picks its
+    path from them (a span of raw pixels read with one of JPEGs needs both)."""
+    first = dict(infos[0].image or {})
+    if not first:
+        return first
+    formats = {}
+    if not all((info.image or {}).get("formats") for info in infos):
+        return {**first, "formats": {}}  # a span that does not say: every image takes the general decoder
+    for info in infos:
+        for name, count in info.image["formats"].items():
+            formats[name] = formats.get(name, 0) + count
+    return {**first, "formats": formats}
 
 
 def _extreme(pick, values):

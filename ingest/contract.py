@@ -444,6 +444,8 @@ class DatasetInfo:
     labels: tuple = ()
     # Image datasets: {"feature": the encoded-image feature, "stored": the storing options,
     # "formats": images per stored format, "actions": re-encoded/resized/... counts}.
+    # Format "raw" (--reencode raw): image/encoded holds uint8 RGB pixels, row-major
+    # [image/height, image/width, 3], which readers need to reshape them.
     # Empty for tabular data.
     image: Mapping = dataclasses.field(default_factory=dict)
     # What the conversion noticed that readers should know (e.g. a split that got no records).

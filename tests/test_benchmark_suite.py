@@ -99,3 +99,27 @@ def test_quick_runtime_smooth_and_startup_benchmarks_report_every_pipeline(tmp_p
     rows = json.load(open(tmp_path / "out" / "startup.json"))["rows"]
     assert [r["pipeline"] for r in rows] == ["make_dataset", "hand_tuned_rows", "parquet_in_memory"]
     assert all(r["fresh_process_s"] > 0 and r["new_iterator_s"] > 0 for r in rows)
+
+
+@pytest.mark.slow
+def test_images_benchmark_measures_the_stored_for_training_datasets_against_the_records_baseline(tmp_path):
+    from benchmarks import images
+
+    small = ["--images", "40", "--large_images", "2", "--runs", "1", "--batches", "2", "--warmup_batches", "1"]
+    assert images.main([*small, "--workdir", str(tmp_path / "data"), "--out", str(tmp_path / "out")]) == 0
+    results = json.load(open(tmp_path / "out" / "images.json"))
+    rows = {(r["corpus"], r["pipeline"]): r for r in results["input"]}
+    stored = {"make_dataset, raw 256", "make_dataset, JPEG 256 q90"}
+    assert {p for c, p in rows if c == "500x375"} == {
+        "naive (Pillow loop)",
+        "hand-written tf.data",
+        "tf.data, TFRecords",
+        "make_dataset",
+    } | stored
+    assert rows[("500x375", "tf.data, TFRecords")]["vs_records"] == 1.0
+    assert all(r["images_per_sec"] > 0 and r["per_core"] > 0 and r["bytes_per_image"] > 0 for r in rows.values())
+    # Independent of the timing: 256x192 RGB pixels (and a few hundred bytes of features) per raw image.
+    assert 256 * 192 * 3 < rows[("500x375", "make_dataset, raw 256")]["bytes_per_image"] < 256 * 192 * 3 + 1024
+    assert [r["conversion"] for r in results["stored"]] == [" ".join(f) for f in images.STORED.values()]
+    with pytest.raises(SystemExit, match=r"--cores must be 1\.\.\d+"):
+        images.pin_cores(10**6)

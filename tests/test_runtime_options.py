@@ -98,7 +98,10 @@ def test_image_must_be_image_options_and_only_for_image_datasets(images, tabular
     [
         (dict(size=(0, 8)), r"image size must be positive, got \(0, 8\)"),
         (dict(size=224), r"image size must be \(height, width\), got 224"),
-        (dict(size=(8, 8), training="yes"), r"training must be True or False, got 'yes'"),
+        (
+            dict(size=(8, 8), training="yes"),
+            r"training must be True, False or None \(True for the shuffled train split\), got 'yes'",
+        ),
         (dict(size=(8, 8), channels=4), r"channels must be 1 \(grayscale\) or 3 \(RGB\), got 4"),
         (dict(size=(8, 8), dtype="float16"), r"dtype must be one of \['bfloat16', 'float32', 'uint8'\], got 'float16'"),
         (dict(size=(8, 8), dtype="uint8", normalize="unit"), r"'uint8' keeps pixel values 0-255: use normalize=None"),
@@ -183,8 +186,11 @@ def test_request_resolves_defaults_once(tabular, images):
         req.batch_size = 16
     # Serialized records of an image dataset: nothing to decode, so no image options needed.
     assert _request.build(images, raw=True).image is None
-    image = _request.build(images, image=ingest.ImageOptions(size=(8, 8)))
-    assert image.image == ingest.ImageOptions(size=(8, 8)) and image.features == ("image/encoded", "image/class/label")
+    image = _request.build(images, image=ingest.ImageOptions(size=(8, 8)))  # build's default: shuffle=False
+    assert image.image == ingest.ImageOptions(size=(8, 8), training=False)
+    assert image.features == ("image/encoded", "image/class/label")
+    shuffled = _request.build(images, image=ingest.ImageOptions(size=(8, 8)), shuffle=True)
+    assert shuffled.image == ingest.ImageOptions(size=(8, 8), training=True)
 
 
 def test_request_counts_only_when_every_record_is_expected_here(tabular):

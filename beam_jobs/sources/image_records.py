@@ -1,7 +1,8 @@
 """Image records: check each file with a full decode, then store it untouched or re-encode.
 
     work item [ImageEntry] -> read bytes -> Pillow: identify, pixel limit, full decode
-      -> keep the original bytes, or (EXIF-orient, to RGB, downsize) re-encode
+      -> keep the original bytes, or (EXIF-orient, to RGB, downsize) re-encode, or store
+       the pixels themselves (--reencode raw: uint8 RGB, row-major [height, width, 3])
       -> Chunk of image/* columns + quarantined entries, in bounded batches
 
 Stored images are always ones TensorFlow's decoders read (JPEG, PNG, GIF, BMP, WebP);
@@ -31,6 +32,8 @@ __all__ = [
     "IMAGE_COLUMNS",
     "LABEL",
     "ENCODED",
+    "RAW",
+    "REENCODINGS",
 ]
 
 ENCODED = "image/encoded"
@@ -48,6 +51,9 @@ IMAGE_COLUMNS = (
 )
 _ORIENTATION = 0x0112  # the EXIF tag
 TF_DECODABLE = ("jpeg", "png", "gif", "bmp", "webp")
+RAW = "raw"
+REENCODINGS = ("jpeg", "png", RAW)
+RAW_LAYOUT = "uint8 RGB, row-major [image/height, image/width, 3]"
 # Pillow's own decompression-bomb threshold (its MAX_IMAGE_PIXELS): ~89 megapixels.
 DEFAULT_MAX_PIXELS = 89_478_485
 _CHANNELS = {
@@ -74,7 +80,7 @@ _CHANNELS = {
 @dataclasses.dataclass(frozen=True)
 class ImageOptions:
     max_side: int | None = None  # downsize so that the longer side is at most this
-    reencode: str | None = None  # None (keep the original bytes), "jpeg" or "png"
+    reencode: str | None = None  # None (keep the original bytes), "jpeg", "png" or "raw" (decoded pixels)
     quality: int = 90  # JPEG quality when re-encoding
     max_pixels: int = DEFAULT_MAX_PIXELS
     batch_bytes: int = 32 << 20  # encoded bytes held per chunk: bounds memory per worker
@@ -83,21 +89,24 @@ class ImageOptions:
     def __post_init__(self):
         if self.max_side is not None and self.max_side < 1:
             raise ValueError(f"--max_side must be a positive number of pixels, got {self.max_side}")
-        if self.reencode not in (None, "jpeg", "png"):
-            raise ValueError(f"--reencode must be jpeg or png, got {self.reencode!r}")
+        if self.reencode not in (None,) + REENCODINGS:
+            raise ValueError(f"--reencode must be one of {', '.join(REENCODINGS)}, got {self.reencode!r}")
         if not 1 <= self.quality <= 100:
             raise ValueError(f"--quality must be in [1, 100], got {self.quality}")
         if self.max_pixels < 1:
             raise ValueError(f"--max_pixels must be positive, got {self.max_pixels}")
 
     def recorded(self) -> dict:
-        return {
+        recorded = {
             "max_side": self.max_side,
             "reencode": self.reencode,
-            "quality": self.quality if self.reencode == "jpeg" or self.max_side else None,
+            "quality": self.quality if self.reencode == "jpeg" or (self.max_side and self.reencode is None) else None,
             "max_pixels": self.max_pixels,
             "exif_orientation": "applied when re-encoding; original bytes are stored as they are",
         }
+        if self.reencode == RAW:
+            recorded["pixels"] = RAW_LAYOUT
+        return recorded
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +188,9 @@ def prepare_image(data: bytes, opts: ImageOptions) -> Prepared:
     if needs_resize:
         img = img.resize(_fit(*img.size, opts.max_side), Image.Resampling.LANCZOS, reducing_gap=3.0)
         actions.append("resized")
+    if target == RAW:
+        # The pixels themselves: the runtime slices its crop out of them with no decode.
+        return Prepared(np.asarray(img, np.uint8).tobytes(), RAW, img.size[1], img.size[0], 3, tuple(actions))
     out = io.BytesIO()
     if target == "jpeg":
         img.save(out, "JPEG", quality=opts.quality, optimize=False)

@@ -36,8 +36,9 @@ class ImageSource(Source):
         flag(
             group,
             "reencode",
-            choices=["jpeg", "png"],
-            help="re-encode every image (EXIF-oriented, RGB); default: keep the original bytes",
+            choices=list(image_records.REENCODINGS),
+            help="re-encode every image (EXIF-oriented, RGB), or store its decoded uint8 pixels (raw: no decode "
+            "when read, several times the bytes); default: keep the original bytes",
         )
         flag(group, "quality", type=int, default=90, help="JPEG quality when re-encoding or downsizing JPEGs")
         flag(
@@ -100,6 +101,16 @@ class ImageSource(Source):
         # Stored as encoded (a few hundred bytes of features each): about 1x, less when
         # --max_side shrinks them.
         return 1.0
+
+    def planned_bytes(self, type_counts) -> int:
+        if self.images.reencode != image_records.RAW:
+            return super().planned_bytes(type_counts)
+        # Raw pixels are 3 bytes a pixel, ~10x a photo's JPEG (q90: ~2.4 bits a pixel); with
+        # --max_side, at most a 4:3 image of that side each.
+        if self.images.max_side:
+            side = self.images.max_side
+            return min(self.input_count * side * side * 3 * 3 // 4, self.input_bytes * 10)
+        return self.input_bytes * 10
 
     def for_workers(self) -> "ImageSource":
         return dataclasses.replace(self, items=())
