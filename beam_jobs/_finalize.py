@@ -161,11 +161,8 @@ def _commit_plan(
         splits.append(contract.SplitInfo(name, tuple(infos)))
         if not infos:
             empty.append(name)
-    quarantine_files = []
-    for i, q in enumerate(sorted(quarantine, key=lambda q: q["path"])):
-        rel = fresh(f"{contract.QUARANTINE_DIRNAME}/part-{i:05d}-of-{len(quarantine):05d}.jsonl")
-        moves.append((q["path"], rel))
-        quarantine_files.append({"path": rel, "records": q["records"]})
+    quarantine_files = _quarantine_files(quarantine, fresh)
+    moves += [(q["from"], q["path"]) for q in quarantine_files]
     files, vocabulary_warnings = _vocabulary_files(cfg, features, vocabularies, fresh)
     moves += [(path, entry["file"]) for path, entry in files.values()]
     output_dir.refuse_links_out(cfg.output, [rel for _, rel in moves])
@@ -195,7 +192,7 @@ def _commit_plan(
             "records": stats.bad,
             "reasons": dict(sorted(stats.reasons.items())),
             "path": contract.QUARANTINE_DIRNAME + "/",
-            "files": quarantine_files,
+            "files": [{"path": q["path"], "records": q["records"]} for q in quarantine_files],
         },
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         labels=cfg.source.vocabulary or classes,
@@ -207,6 +204,16 @@ def _commit_plan(
         vocabularies={name: entry for name, (_, entry) in files.items()},
     )
     return {"moves": moves, "metadata": info.to_json(), "old_files": sorted(old), "empty_splits": empty}
+
+
+def _quarantine_files(quarantine: list, fresh) -> list:
+    """Each quarantine file of the job's bundles: where it is, the name it takes, its records."""
+    ordered = sorted(quarantine, key=lambda q: q["path"])
+    return [
+        {"from": q["path"], "path": fresh(f"{contract.QUARANTINE_DIRNAME}/part-{i:05d}-of-{len(ordered):05d}.jsonl")}
+        | {"records": q["records"]}
+        for i, q in enumerate(ordered)
+    ]
 
 
 def _vocabulary_files(cfg: JobConfig, features: tuple, vocabularies: dict, fresh) -> tuple:

@@ -26,6 +26,7 @@ __all__ = [
     "LAYOUTS",
     "METADATA_FILENAME",
     "QUARANTINE_DIRNAME",
+    "VOCABULARIES_DIRNAME",
     "TEMP_PREFIX",
     "DTYPES",
     "FeatureSpec",
@@ -75,7 +76,7 @@ IDS_SUFFIX = "/ids"  # a block dictionary's ids in the feature's vocabulary (0: 
 # gets none (its ids would need more memory than an Embedding table of that size is worth:
 # hash such features instead). 2**20 ids of a 64-dim float32 embedding take 256 MB.
 VOCABULARY_LIMIT = 1 << 20
-_VOCABULARIES_DIR = "vocabularies"
+VOCABULARIES_DIRNAME = "vocabularies"
 
 
 def block_feature_names(name: str) -> tuple:
@@ -85,7 +86,7 @@ def block_feature_names(name: str) -> tuple:
 
 def vocabulary_filename(position: int) -> str:
     """The vocabulary file of the feature at `position` in the metadata's features."""
-    return f"{_VOCABULARIES_DIR}/{position:05d}.json"
+    return f"{VOCABULARIES_DIRNAME}/{position:05d}.json"
 
 
 COMPRESSIONS = ("none", "gzip")

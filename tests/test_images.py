@@ -826,6 +826,7 @@ def test_a_raw_record_whose_bytes_do_not_fit_its_shape_fails_or_is_skipped(tmp):
                 "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[i])),
             }
             w.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+    size = os.path.getsize(tmp / "ds" / "train-00000-of-00001.tfrecord")  # the metadata checks it can hold 3
     info = ingest.DatasetInfo(
         features=(
             ingest.FeatureSpec("image/encoded", "bytes", role="image"),
@@ -834,7 +835,7 @@ def test_a_raw_record_whose_bytes_do_not_fit_its_shape_fails_or_is_skipped(tmp):
             ingest.FeatureSpec("image/class/label", "int64", role="label"),
         ),
         splits=(
-            ingest.contract.SplitInfo("train", (ingest.contract.ShardInfo("train-00000-of-00001.tfrecord", 3, 1),)),
+            ingest.contract.SplitInfo("train", (ingest.contract.ShardInfo("train-00000-of-00001.tfrecord", 3, size),)),
         ),
         label="image/class/label",
         image={"feature": "image/encoded", "formats": {"raw": 3}},

@@ -147,7 +147,8 @@ def _list(output: str) -> list:
 # metadata itself, a temp dir, or a pattern.
 _WRITTEN_NAME = re.compile(
     r"(?:[A-Za-z][A-Za-z0-9_]*-\d{5,}-of-\d{5,}(?:-[0-9a-f]{1,12})?\.tfrecord(?:\.gz|\.index)?"
-    rf"|{contract.QUARANTINE_DIRNAME}/part-\d{{5,}}-of-\d{{5,}}(?:-[0-9a-f]{{1,12}})?\.jsonl)"
+    rf"|{contract.QUARANTINE_DIRNAME}/part-\d{{5,}}-of-\d{{5,}}(?:-[0-9a-f]{{1,12}})?\.jsonl"
+    rf"|{contract.VOCABULARIES_DIRNAME}/\d{{5,}}(?:-[0-9a-f]{{1,12}})?\.json)"
 )
 _GLOB_CHARS = re.compile(r"[*?\[\]{}]")
 
@@ -160,7 +161,8 @@ def refuse_undeletable(output: str, rels, *, listed_in: str) -> None:
             raise OutputError(
                 f"{listed_in} names {rel!r} as a file of the dataset in {output}, but no conversion writes that "
                 "name (only shards such as train-00000-of-00004.tfrecord, their block indexes such as "
-                "train-00000-of-00004.tfrecord.index, and quarantine/part-*.jsonl); the job deletes nothing it "
+                "train-00000-of-00004.tfrecord.index, quarantine/part-*.jsonl and vocabularies/*.json); the job "
+                "deletes nothing it "
                 f"cannot prove it wrote, so nothing was deleted. Restore {listed_in} from the conversion that "
                 "wrote it, remove the entry, or choose another --output"
             )
