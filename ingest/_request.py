@@ -254,10 +254,13 @@ def _check_vocabularies_agree(view, name: str) -> None:
 
 
 def text_codes(infos) -> bool | None:
-    """Whether the datasets' blocks carry dictionary codes for bytes columns: all, none, or (spans
-    converted before and after format 3) each block says."""
-    coded = {i.format_version >= contract.CODES_SINCE for i in infos}
-    return coded.pop() if len(coded) == 1 else None
+    """Whether the datasets' blocks carry dictionary codes for bytes columns: True, every
+    block (format 3); False, none (before); None, each block says (format 4 leaves them out
+    of a block whose values are all distinct, and spans converted by several formats)."""
+    kinds = {
+        None if i.format_version > contract.CODES_SINCE else i.format_version == contract.CODES_SINCE for i in infos
+    }
+    return kinds.pop() if len(kinds) == 1 else None
 
 
 def _check_canonical(canonical: int, *, num_pipelines: int, batch_size: int, seed, num_epochs) -> None:

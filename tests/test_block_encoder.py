@@ -79,9 +79,15 @@ def _expected_rows(block, columns) -> list:
     for name, dtype, shape in columns:
         values = block[name]
         if dtype == "bytes":
-            # A dictionary of distinct values and one code per value (format 3).
-            dictionary, codes = values, block[f"{name}/codes"]
-            assert len(set(dictionary)) == len(dictionary) and set(codes) == set(range(len(dictionary)))
+            # A dictionary of distinct values and one code per value (format 3), in first-use
+            # order; a block of distinct values leaves its codes, 0 ... n-1, out (format 4).
+            dictionary, codes = values, block.get(f"{name}/codes")
+            assert len(set(dictionary)) == len(dictionary)
+            if codes is None:
+                codes = list(range(len(dictionary)))
+            else:
+                assert set(codes) == set(range(len(dictionary))) and len(codes) > len(dictionary)
+            assert list(dict.fromkeys(codes)) == list(range(len(dictionary)))  # first use
             values = [dictionary[c] for c in codes]
         if shape == ():
             assert len(values) == n
@@ -130,7 +136,8 @@ def test_blocks_hold_every_row_as_the_spec_says(table, block_rows):
                 width = 1 if shape == () else (shape[0] or 0)
                 start = i * width if shape[0:1] != (None,) else None
                 if start is not None:
-                    values = block[name] if dtype != "bytes" else [block[name][c] for c in block[f"{name}/codes"]]
+                    codes = block.get(f"{name}/codes", range(len(block[name])))  # none: 0 ... n-1 (format 4)
+                    values = block[name] if dtype != "bytes" else [block[name][c] for c in codes]
                     assert values[start : start + width] == [_DEFAULT[dtype]] * width
 
 

@@ -8,7 +8,6 @@ its position in `load_info(path).vocabulary(name)` plus one, 0 is out of vocabul
 from __future__ import annotations
 
 import collections
-import json
 import os
 
 import numpy as np
@@ -19,6 +18,7 @@ import tensorflow as tf
 import ingest
 from beam_jobs.stats import vocabulary as vocab_stats
 from tests.conftest import convert_table, run_convert
+from tests.test_spans import _as_format_2
 
 N = 3000
 
@@ -201,20 +201,13 @@ def test_a_feature_past_the_vocabulary_limit_has_none_and_ids_refuse_it(tmp_path
     assert ds.element_spec[0]["city"].dtype == tf.int64
 
 
-def test_datasets_without_vocabularies_and_the_rows_layout_are_refused_for_ids(tmp_path, dataset):
+def test_datasets_without_vocabularies_and_the_rows_layout_are_refused_for_ids(tmp_path):
     rows = convert_table(tmp_path / "rows", _table(), "--label", "label", "--layout", "rows")
     with pytest.raises(ValueError, match=r"text='ids' reads ids the blocks layout stores; .* layout 'rows'"):
         ingest.make_dataset(rows, batch_size=10, text="ids")
-    old = tmp_path / "old"
-    os.makedirs(old)
-    for name in os.listdir(dataset):
-        if name.endswith((".tfrecord", ".index")):
-            os.link(os.path.join(dataset, name), old / name)
-    meta = json.loads(open(os.path.join(dataset, "dataset_info.json")).read())
-    meta["format_version"] = 3
-    del meta["vocabularies"]
-    (old / "dataset_info.json").write_text(json.dumps(meta))
-    with pytest.raises(ValueError, match=r"converted with format_version 3, before vocabularies"):
+    old = convert_table(tmp_path / "old", _table(), "--label", "label", "--block_rows", "64")
+    _as_format_2(old)  # as an older ingest wrote it: no vocabularies, no ids
+    with pytest.raises(ValueError, match=r"converted with format_version 2, before vocabularies"):
         ingest.make_dataset(str(old), batch_size=10, text="ids")
     with pytest.raises(ValueError, match=r"text must be one of \('strings', 'ids'\), got 'id'"):
         ingest.make_dataset(str(old), batch_size=10, text="id")

@@ -24,7 +24,7 @@ from beam_jobs.encode.examples import encode_batch
 from beam_jobs.stats.vocabulary import ids_of
 from ingest import contract
 
-__all__ = ["ROWS_FEATURE", "block_columns", "dictionary_encoded", "encode_blocks"]
+__all__ = ["ROWS_FEATURE", "block_columns", "dictionary_encoded", "encode_blocks", "identity_blocks"]
 
 ROWS_FEATURE = contract.BLOCK_ROWS_FEATURE
 _NATURAL_DEFAULT = {"int64": 0, "float32": 0.0, "bytes": b""}
@@ -45,23 +45,34 @@ def _per_block(values: pa.Array, starts: np.ndarray, mask=None) -> pa.Array:
 
 
 def dictionary_encoded(values: pa.Array, value_starts: np.ndarray) -> tuple:
-    """Each block's values (blocks cut at `value_starts`) -> (its distinct values, in
-    order of first use across the column, cut at the returned starts; one code per value).
+    """Each block's values (blocks cut at `value_starts`) -> (its distinct values, in the
+    order the block first uses them, cut at the returned starts; one code per value).
 
     One dictionary encoding of the whole column, then its codes made local to each block
-    by one sort of (block, code) pairs: no loop over blocks.
+    by one sort of (block, code) pairs: no loop over blocks. In first-use order, a block
+    whose values are all distinct (ids, URLs) has the codes 0 ... n-1, which the block then
+    leaves out (`identity_blocks`).
     """
     encoded = pc.dictionary_encode(values, null_encoding="encode")
     codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     distinct = max(len(encoded.dictionary), 1)
     blocks = len(value_starts) - 1
     block_of = np.repeat(np.arange(blocks, dtype=np.int64), np.diff(value_starts))
-    pairs, local = np.unique(block_of * distinct + codes, return_inverse=True)
-    # `pairs` is sorted by block, then by global code: each block's distinct values in order.
+    pairs, first_at, inverse = np.unique(block_of * distinct + codes, return_index=True, return_inverse=True)
+    # By first use: blocks follow each other in the values, so this keeps each block's together.
+    order = np.argsort(first_at, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    pairs = pairs[order]
     first_pair = np.searchsorted(pairs // distinct, np.arange(blocks + 1))
-    local = local.reshape(-1).astype(np.int64) - first_pair[block_of]
+    local = rank[inverse.reshape(-1)].astype(np.int64) - first_pair[block_of]
     dictionary = encoded.dictionary.take(pa.array(pairs % distinct))
     return dictionary, first_pair.astype(np.int64), local
+
+
+def identity_blocks(dictionary_starts: np.ndarray, value_starts: np.ndarray) -> np.ndarray:
+    """[blocks] bool: blocks whose values are all distinct, so their codes are 0 ... n-1."""
+    return np.diff(dictionary_starts) == np.diff(value_starts)
 
 
 def _filled(values: pa.Array, dtype: str, default) -> pa.Array:
@@ -119,7 +130,12 @@ def block_columns(
         if dtype == "bytes":
             dictionary, dictionary_starts, codes = dictionary_encoded(values, value_starts)
             out.append((name, dtype, _per_block(dictionary, dictionary_starts)))
-            out.append((name + contract.CODES_SUFFIX, "int64", _per_block(pa.array(codes, pa.int64()), value_starts)))
+            # Codes 0 ... n-1 are left out (format 4): a block without them reads as its dictionary in order.
+            coded = ~identity_blocks(dictionary_starts, value_starts)
+            kept = np.repeat(coded, np.diff(value_starts))
+            code_starts = np.concatenate([[0], np.cumsum(np.where(coded, np.diff(value_starts), 0))])
+            codes = pa.array(codes[kept], pa.int64())
+            out.append((name + contract.CODES_SUFFIX, "int64", _per_block(codes, code_starts, mask=coded)))
             if vocabularies and name in vocabularies:
                 ids = pa.array(ids_of(dictionary, vocabularies[name]), pa.int64())
                 out.append((name + contract.IDS_SUFFIX, "int64", _per_block(ids, dictionary_starts)))

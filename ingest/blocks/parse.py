@@ -145,16 +145,17 @@ def _counts_check(features: Sequence[contract.FeatureSpec], lists_of: Mapping, c
     return check_blocks(tf.equal(held, expected), message)
 
 
-def _local_codes(f: contract.FeatureSpec, parsed: Mapping, every_block: bool) -> tf.RaggedTensor:
+def _local_codes(f: contract.FeatureSpec, parsed: Mapping, dictionaries, every_block: bool) -> tf.RaggedTensor:
     """A bytes column's codes, [blocks, None] int64, each an index into its block's dictionary.
 
     `every_block`: every block carries `F/codes` (format 3). Else a block without them
-    holds its values in `F` (written before), as if its codes were 0 ... n-1.
+    holds its values in its dictionary in order (format 4: all distinct; before 3: plain
+    values), as if its codes were 0 ... n-1.
     """
     codes = parsed[f.name + CODES_SUFFIX]
     if every_block:
         return codes
-    sizes = parsed[f.name].row_lengths()
+    sizes = dictionaries.row_lengths()
     return tf.concat([codes, tf.ragged.range(tf.where(codes.row_lengths() > 0, tf.zeros_like(sizes), sizes))], 1)
 
 
@@ -325,7 +326,7 @@ def parse_blocks(
     total_rows = tf.reduce_sum(rows_per_block)
     where = locate or _where_parsed
     coded = [f for f in features if _coded(f, codes)]
-    local = {f.name: _local_codes(f, parsed, codes is True or f.name in ids) for f in coded}
+    local = {f.name: _local_codes(f, parsed, dictionaries_of[f.name], codes is True) for f in coded}
     counts = _counts_check(features, {**parsed, **local}, set(local), rows_per_block, where)
     with tf.control_dependencies([counts]):  # a short list is named as such, not as a bad code
         values_of, codes_check = _global_codes(
