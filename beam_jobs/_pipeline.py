@@ -135,8 +135,10 @@ class _ConvertFiles(beam.DoFn):
         if not good:
             return
         self._stats.add_features(done.cols, good)
-        if self._vocabulary_names:
-            self._counts.add(vocabulary.count_chunk(done.cols, self._vocabulary_names))
+        # A feature past the vocabulary limit in this bundle is past it in the job: no more counting.
+        counted = [n for n in self._vocabulary_names if not self._counts.dropped(n)]
+        if counted:
+            self._counts.add(vocabulary.count_chunk(done.cols, counted))
         file_index, part, chunk_index = where
         # The split comes from a hash of the row record's bytes (the same split in both
         # layouts) or of the --split_key value. Blocks encode row records only for that
@@ -214,7 +216,7 @@ class _ConvertFiles(beam.DoFn):
                 self.QUARANTINE, _in_global_window({"path": self._quarantine_path, "records": self._quarantine_count})
             )
         yield beam.pvalue.TaggedOutput(self.STATS, _in_global_window(self._stats.pack()))
-        if self._counts.tables:
+        if self._counts.names:
             yield beam.pvalue.TaggedOutput(self.VOCABULARY, _in_global_window(self._counts))
 
 
@@ -239,8 +241,8 @@ def _vocabularies(counts: vocabulary.Counts, cfg: JobConfig) -> dict:
     """{feature: {"values": its vocabulary (large_binary), "note": why values were left out}}."""
     carried = cfg.source.schema.vocabularies if cfg.source.schema is not None else {}
     out = {}
-    for name in sorted(set(counts.tables) | set(carried)):
-        values, note = vocabulary.ranked(counts.tables.get(name), contract.VOCABULARY_LIMIT, carried.get(name, ()))
+    for name in sorted(set(counts.names) | set(carried)):
+        values, note = vocabulary.ranked(counts.table(name), contract.VOCABULARY_LIMIT, carried.get(name, ()))
         if values or not note:
             arrow = pa.array([v.encode("utf-8", "surrogateescape") for v in values], pa.large_binary())
             out[name] = {"values": arrow, "note": note}
@@ -298,7 +300,7 @@ class _CommitShard(beam.DoFn):
                         budget=self._budget,
                         on_rows=gather,
                         defaults=cfg.defaults,
-                        vocabularies={k: v["values"] for k, v in vocabularies.items() if v["values"] is not None},
+                        vocabularies=self._lookups(vocabularies),
                     )
                 frames = len(lengths)
                 if stats is not None:
@@ -323,6 +325,13 @@ class _CommitShard(beam.DoFn):
             "bytes": size,
             "index": index,
         }
+
+    def _lookups(self, vocabularies: dict) -> dict:
+        """{feature: {value: id}} of the side input's vocabularies, built once per worker."""
+        if getattr(self, "_lookups_of", (None,))[0] is not vocabularies:
+            built = {k: vocabulary.lookup_of(v["values"]) for k, v in vocabularies.items() if v["values"] is not None}
+            self._lookups_of = (vocabularies, built)
+        return self._lookups_of[1]
 
     def _statistics_of(self, stats: ConversionStats, helper: OneAhead, split: int, shard: int, type_counts):
         """A callback for each run of rows the commit reads: adds their statistics to

@@ -10,8 +10,9 @@ iterates), medians of epochs after a warm-up:
    stage that one thread runs for the whole stream caps the ratio below ~1.8.
 2. raw read: make_dataset over a numeric corpus against a raw read of the same shards
    (`TFRecordDataset`, CRCs checked, no parse), 2 cores.
-3. ids: the text corpora read with `text="ids"` against the same rows with their text
-   stored as int64 columns (what the ids are), 2 cores.
+3. ids: the low-cardinality corpus read with `text="ids"` against the same rows with their
+   text stored as int64 columns (what the ids are), 2 cores. (The high-cardinality one's
+   columns have more distinct values than a vocabulary holds: it has no ids.)
 4. peer: make_dataset (strings) against the in-memory Parquet pipeline on the low- and
    the high-cardinality corpus, 2 cores.
 
@@ -56,13 +57,8 @@ def _pipelines(kind: str, paths: dict, batch_size: int) -> dict:
             return ds.batch(max(1, b // rows_per_record)).map(lambda x: tf.fill([tf.size(x) * rows_per_record], 0))
 
         return {"make_dataset": make("none"), "raw read (no parse)": raw}
-    if kind == "ids":
-        return {
-            "high, text='ids'": make("high", text="ids"),
-            "high_codes": make("high_codes"),
-            "low, text='ids'": make("low", text="ids"),
-            "low_codes": make("low_codes"),
-        }
+    if kind == "ids":  # the high corpus' columns pass the vocabulary limit: it has no ids to read
+        return {"low, text='ids'": make("low", text="ids"), "low_codes": make("low_codes")}
     return {
         "low, make_dataset": make("low"),
         "low, parquet_in_memory": lambda: pipelines.parquet_in_memory(paths["low_parquet"], batch_size=b),
@@ -130,7 +126,6 @@ def main(argv=None) -> int:
         other = {kind: _run(kind, 2, paths, b, args.epochs) for kind in pairs}
         ratios = [
             ("numeric: make_dataset / raw read", other["raw"]["make_dataset"], other["raw"]["raw read (no parse)"]),
-            ("high: text='ids' / int64 columns", other["ids"]["high, text='ids'"], other["ids"]["high_codes"]),
             ("low: text='ids' / int64 columns", other["ids"]["low, text='ids'"], other["ids"]["low_codes"]),
             (
                 "low: make_dataset / parquet_in_memory",

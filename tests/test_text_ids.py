@@ -220,6 +220,8 @@ def test_ranked_keeps_the_carried_order_and_refuses_to_pass_the_limit():
     assert vocab_stats.ranked(table, 10, ("c", "z")) == (("c", "z", "a", "b"), "")
     values, note = vocab_stats.ranked(table, 3, ("c", "z"))
     assert values == ("c", "z") and "2 new values would pass the limit of 3" in note
+    lookup = vocab_stats.lookup_of(pa.array([b"a", b"c"], pa.large_binary()))
+    assert vocab_stats.ids_of(pa.array([b"c", b"x", b"a", b"c"]), lookup).tolist() == [2, 0, 1, 2]
     counts = vocab_stats.Counts(limit=2)
     counts.add({"f": table})
     assert counts.tables["f"] is None  # three distinct values: past the limit, dropped

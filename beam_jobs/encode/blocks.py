@@ -89,7 +89,7 @@ def block_columns(
 
     `columns` are the canonical arrays the row encoder takes (int64, float32 or
     large_binary, or lists of them); `defaults[name]` replaces the natural default.
-    `vocabularies[name]` (large_binary values, id = position + 1) gives each block
+    `vocabularies[name]` ({value: id}, `vocabulary.lookup_of`) gives each block
     dictionary entry of that bytes column its id (`F/ids`, 0 for a value not in it).
     """
     if block_rows < 1:

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["Counts", "count_chunk", "ids_of", "ranked"]
+__all__ = ["Counts", "count_chunk", "ids_of", "lookup_of", "ranked"]
 
 _VALUE, _COUNT = "value", "count"
 
@@ -45,29 +45,54 @@ def count_chunk(cols, names) -> dict:
 
 
 class Counts:
-    """Exact value counts per feature, each dropped (None) past `limit` distinct values."""
+    """Exact value counts per feature, each dropped (None) past `limit` distinct values.
+
+    Counts are kept as the chunks' tables and summed (an Arrow group-by) only when their rows
+    could pass the limit, and when read: summing at every chunk was 1.1 s of a 5.3-s
+    conversion of 500k rows of distinct values (ids, URLs).
+    """
 
     def __init__(self, limit: int):
         self.limit = limit
-        self.tables: dict = {}  # name -> pa.Table (value, count), or None: too many values
+        self._parts: dict = {}  # name -> [pa.Table (value, count)], or None: too many values
+
+    @property
+    def names(self) -> list:
+        return list(self._parts)
+
+    def dropped(self, name: str) -> bool:
+        return name in self._parts and self._parts[name] is None
+
+    def table(self, name: str):
+        """The feature's counts, one row per distinct value; None past the limit."""
+        parts = self._parts.get(name, [])
+        if parts is None:
+            return None
+        return _summed(parts) if parts else _table(pa.array([], pa.large_binary()), [])
+
+    @property
+    def tables(self) -> dict:
+        return {name: self.table(name) for name in self._parts}
 
     def add(self, counted: dict) -> None:
         for name, table in counted.items():
-            self._merge(name, table)
+            self._extend(name, [table])
 
     def merge(self, other: "Counts") -> None:
-        for name, table in other.tables.items():
-            self._merge(name, table)
+        for name, parts in other._parts.items():
+            self._extend(name, parts)
 
-    def _merge(self, name: str, table) -> None:
-        held = self.tables.get(name, _EMPTY)
-        if held is None or table is None:
-            self.tables[name] = None
+    def _extend(self, name: str, parts) -> None:
+        held = self._parts.get(name, [])
+        if held is None or parts is None:
+            self._parts[name] = None
             return
-        if held is not _EMPTY:
-            both = pa.concat_tables([held, table])
-            table = both.group_by(_VALUE).aggregate([(_COUNT, "sum")]).rename_columns([_VALUE, _COUNT])
-        self.tables[name] = None if table.num_rows > self.limit else table
+        held = held + parts
+        if sum(t.num_rows for t in held) > self.limit:
+            held = [_summed(held)]
+            if held[0].num_rows > self.limit:
+                held = None
+        self._parts[name] = held
 
     @staticmethod
     def merge_all(parts) -> "Counts":
@@ -79,7 +104,11 @@ class Counts:
         return total
 
 
-_EMPTY = object()
+def _summed(parts: list) -> pa.Table:
+    if len(parts) == 1:
+        return parts[0]
+    both = pa.concat_tables(parts)
+    return both.group_by(_VALUE).aggregate([(_COUNT, "sum")]).rename_columns([_VALUE, _COUNT])
 
 
 def ranked(table, limit: int, carried: tuple = ()) -> tuple:
@@ -103,7 +132,17 @@ def ranked(table, limit: int, carried: tuple = ()) -> tuple:
     return tuple(carried) + tuple(new), ""
 
 
-def ids_of(values: pa.Array, vocabulary: pa.Array) -> np.ndarray:
-    """Each of `values`' id in `vocabulary` (position + 1), 0 for a value not in it."""
-    at = pc.index_in(values.cast(pa.large_binary()), value_set=vocabulary)
-    return pc.fill_null(pc.add(at, 1), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+def lookup_of(vocabulary: pa.Array) -> dict:
+    """{value (bytes): its id}, built once per vocabulary and worker: Arrow's `index_in`
+    rebuilds its hash set of the vocabulary at every call (a 500k-value vocabulary made a
+    4.5-s conversion take 80 s, called for every 64 blocks)."""
+    return {v: i + 1 for i, v in enumerate(vocabulary.to_pylist())}
+
+
+def ids_of(values: pa.Array, lookup: dict) -> np.ndarray:
+    """Each of `values`' id in the vocabulary behind `lookup` (`lookup_of`), 0 for a value not
+    in it: a dictionary lookup per distinct value, not per value."""
+    encoded = pc.dictionary_encode(values.cast(pa.large_binary()))
+    distinct = encoded.dictionary.to_pylist()
+    ids = np.fromiter((lookup.get(v, 0) for v in distinct), np.int64, len(distinct))
+    return ids[encoded.indices.to_numpy(zero_copy_only=False)]
