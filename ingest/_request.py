@@ -236,16 +236,16 @@ def _text_ids(view, selected, label_with_classes, text: str, path) -> frozenset:
 
 
 def _check_vocabularies_agree(view, name: str) -> None:
-    """Each dataset's vocabulary of `name` must begin the longest one: its ids mean the same values."""
+    """Each dataset's vocabulary of `name` must begin the longest one (the merged view's):
+    its ids mean the same values."""
     if len(view.paths) == 1:
         return
     from ingest import _info  # a cycle at import: _info imports nothing of this module's users
 
-    sizes = [info.vocabularies[name]["size"] for info in view.infos]
-    longest = _info.read_vocabulary(view.paths[sizes.index(max(sizes))], view.infos[sizes.index(max(sizes))], name)
+    longest = view.info.vocabulary(name)
     for span, info in zip(view.paths, view.infos):
         mine = _info.read_vocabulary(span, info, name)
-        if tuple(longest[: len(mine)]) != tuple(mine):
+        if longest[: len(mine)] != mine:
             raise ValueError(
                 f"text='ids': the vocabulary of feature {name!r} in {span} is not the start of the others' "
                 "(its spans were converted apart, not each with --schema_from the one before): the same id "

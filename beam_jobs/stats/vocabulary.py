@@ -70,10 +70,6 @@ class Counts:
             return None
         return _summed(parts) if parts else _table(pa.array([], pa.large_binary()), [])
 
-    @property
-    def tables(self) -> dict:
-        return {name: self.table(name) for name in self._parts}
-
     def add(self, counted: dict) -> None:
         for name, table in counted.items():
             self._extend(name, [table])

@@ -49,10 +49,10 @@ def _parse_spec(
 ) -> dict:
     spec = {ROWS_FEATURE: tf.io.FixedLenFeature([1], tf.int64)}
     for f in features:
-        # A text feature read as ids: its dictionary's ids, not its strings (never parsed).
-        spec[f.name + IDS_SUFFIX if f.name in ids else f.name] = _ragged(
-            tf.int64 if f.name in ids else _TF_DTYPES[f.dtype]
-        )
+        if f.name in ids:  # its dictionary's ids, not its strings (never parsed)
+            spec[f.name + IDS_SUFFIX] = _ragged(tf.int64)
+        else:
+            spec[f.name] = _ragged(_TF_DTYPES[f.dtype])
         if _coded(f, codes):
             spec[f.name + CODES_SUFFIX] = _ragged(tf.int64)
         if f.is_variable_length:
