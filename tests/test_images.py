@@ -864,3 +864,14 @@ def test_the_flip_mirrors_the_uint8_window_and_the_resize_reads_float(formats):
     nodes = [*graph.node, *(n for f in graph.library.function for n in f.node_def)]
     dtypes = {(n.op, tf.as_dtype(n.attr["T"].type).name) for n in nodes if n.op in ("ReverseV2", "ResizeBilinear")}
     assert dtypes == {("ReverseV2", "uint8"), ("ResizeBilinear", "float32")}
+
+
+def test_the_image_map_feeds_a_plain_batch_that_tf_data_fuses_with_it(image_dataset):
+    # Speed (#40): map_and_batch_fusion writes each image straight into its batch; a parallel
+    # batch after the map measured 8% slower on raw 256 and 15% on the original JPEGs (2 cores).
+    from tensorflow.core.framework import graph_pb2
+
+    ds = ingest.make_dataset(image_dataset, batch_size=2, image_size=(24, 24))
+    nodes = {n.name: n for n in graph_pb2.GraphDef.FromString(ds._as_serialized_graph().numpy()).node}
+    batched = {nodes[n.input[0]].op: n.op for n in nodes.values() if "BatchDataset" in n.op}
+    assert batched["ParallelMapDatasetV2"] == "BatchDatasetV2", batched
