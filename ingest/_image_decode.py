@@ -80,7 +80,7 @@ def window_fn(spec: ImageOptions, *, small_images: bool = True):
 
 
 def decode_fn(spec: ImageOptions, *, formats=(), small_images: bool = True):
-    """(encoded, seed[2], shape, format) -> float32 [H, W, C] in 0-255: cropped, resized, flipped.
+    """(encoded, seed[2], shape, format) -> float32 [H, W, C] in 0-255: cropped, flipped, resized.
 
     `formats` are the stored formats the metadata records: only JPEGs drop the per-image
     format check; raw pixels (`--reencode raw`) need `shape` ([height, width]), and
