@@ -238,3 +238,26 @@ def test_auto_cache_over_its_budget_still_yields_every_epoch_and_logs_why(tabula
         ids = [int(v) for features, _ in ds for v in features["id"]]
     assert sorted(ids) == sorted(list(range(100)) * 2)
     assert "does not fit the 0 MB budget; not caching" in caplog.text
+
+
+def _parse_map_calls(ds) -> set:
+    """The num_parallel_calls of the dataset graph's parallel maps."""
+    graph = tf.compat.v1.GraphDef.FromString(ds._as_serialized_graph().numpy())
+    nodes = {n.name: n for n in graph.node}
+    calls = set()
+    for n in graph.node:
+        if n.op == "ParallelMapDatasetV2":
+            const = nodes[n.input[-1].split(":")[0]]
+            calls.add(int(tf.make_ndarray(const.attr["value"].tensor)))
+    return calls
+
+
+@pytest.mark.parametrize(("cpus", "want"), [(1, 1), (2, 2), (8, 8), (16, 8), (64, 8)])
+def test_the_seekable_order_parses_one_window_a_core_up_to_eight(tabular, monkeypatch, cpus, want):
+    # On a 16-vCPU host 16 windows in flight read 4.2M rows/s where 8 read 5.7M (#37).
+    from ingest.blocks import seekable
+
+    monkeypatch.setattr(seekable, "usable_cpus", lambda: cpus)
+    assert _parse_map_calls(ingest.make_dataset(tabular, batch_size=4)) == {want}
+    asked = ingest.make_dataset(tabular, batch_size=4, options=ingest.ReadOptions(num_parallel_calls=12))
+    assert _parse_map_calls(asked) == {12}

@@ -37,6 +37,7 @@ import tensorflow as tf
 from ingest import _parse, _read, _tuning, contract
 from ingest._functions import own_functions
 from ingest._request import read_start
+from ingest._system import usable_cpus
 from ingest.blocks.index import BlockIndex
 from ingest.blocks.parse import check_blocks, check_rows, located_in, parse_blocks
 
@@ -312,7 +313,7 @@ class _SeekableOrder:
             ds = ds.repeat()  # never repeats (the pass is endless); tells tf.data the cardinality is infinite
         state = (tf.constant(self.seed, tf.int64), tf.constant(self.fingerprint, tf.int64), tf.constant(-1, tf.int64))
         ds = ds.scan(state, _keep)
-        parallel = self.req.options.num_parallel_calls or tf.data.AUTOTUNE
+        parallel = _tuning.window_calls(usable_cpus(), requested=self.req.options.num_parallel_calls)
         ds = ds.map(self.plan, num_parallel_calls=parallel, deterministic=True)
         # Reads are a flat_map, not a dataset reduced inside a map: tf.data then checkpoints
         # them symbolically without a warning per window that the map is stateful.
