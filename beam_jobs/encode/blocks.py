@@ -54,10 +54,15 @@ def dictionary_encoded(values: pa.Array, value_starts: np.ndarray) -> tuple:
     leaves out (`identity_blocks`).
     """
     encoded = pc.dictionary_encode(values, null_encoding="encode")
-    codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    distinct = max(len(encoded.dictionary), 1)
     blocks = len(value_starts) - 1
     block_of = np.repeat(np.arange(blocks, dtype=np.int64), np.diff(value_starts))
+    if len(encoded.dictionary) == len(values):
+        # Every value distinct (ids, URLs): the dictionary is the values, each block's codes
+        # are 0 ... n-1. What the sort below would find, without it.
+        local = np.arange(len(values), dtype=np.int64) - value_starts[block_of]
+        return encoded.dictionary, np.asarray(value_starts, np.int64), local
+    codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    distinct = max(len(encoded.dictionary), 1)
     pairs, first_at, inverse = np.unique(block_of * distinct + codes, return_index=True, return_inverse=True)
     # By first use: blocks follow each other in the values, so this keeps each block's together.
     order = np.argsort(first_at, kind="stable")
