@@ -9,7 +9,7 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from beam_jobs.encode.blocks import ROWS_FEATURE, encode_blocks
+from beam_jobs.encode.blocks import ROWS_FEATURE, dictionary_encoded, encode_blocks
 from beam_jobs.encode.tfrecord import iter_frames
 
 _KIND = {"int64": "int64_list", "float32": "float_list", "bytes": "bytes_list"}
@@ -139,6 +139,28 @@ def test_blocks_hold_every_row_as_the_spec_says(table, block_rows):
                     codes = block.get(f"{name}/codes", range(len(block[name])))  # none: 0 ... n-1 (format 4)
                     values = block[name] if dtype != "bytes" else [block[name][c] for c in codes]
                     assert values[start : start + width] == [_DEFAULT[dtype]] * width
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.integers(0, 6), max_size=40),
+    st.lists(st.integers(0, 40), max_size=6),
+    st.booleans(),
+)
+def test_block_dictionaries_list_each_blocks_values_in_first_use_order(words, cuts, distinct):
+    values = [b"v%d" % i for i in range(len(words))] if distinct else [b"w%d" % w for w in words]
+    starts = np.array(sorted([0, len(values), *[min(c, len(values)) for c in cuts]]), np.int64)  # empty blocks too
+    dictionary, dictionary_starts, codes = dictionary_encoded(pa.array(values, pa.large_binary()), starts)
+    expected_dictionary, expected_codes, expected_starts = [], [], [0]
+    for b in range(len(starts) - 1):
+        block = values[starts[b] : starts[b + 1]]
+        first_use = list(dict.fromkeys(block))
+        expected_dictionary += first_use
+        expected_codes += [first_use.index(v) for v in block]
+        expected_starts.append(len(expected_dictionary))
+    assert dictionary.to_pylist() == expected_dictionary
+    assert dictionary_starts.tolist() == expected_starts and dictionary_starts.dtype == np.int64
+    assert codes.tolist() == expected_codes and codes.dtype == np.int64
 
 
 def test_given_defaults_fill_missing_scalars():

@@ -344,6 +344,34 @@ def test_counts_switch_to_sketches_when_merged_past_the_exact_limit():
     assert not got["distinct_exact"] and got["distinct"] == pytest.approx(truth, rel=0.02)
 
 
+def test_sketched_text_is_each_chunks_distinct_values_in_first_use_order_bad_utf8_replaced():
+    import datasketches
+    import pyarrow.compute as pc
+
+    rng = np.random.default_rng(4)
+    chunks = []
+    for k in range(4):
+        values = [b"id-%d" % x for x in rng.integers(0, 10**6, 6_000)] + [b"w%d" % (k % 3)] * 500
+        values += [b"\xff\xfe%d" % k] * 300 if k == 2 else []  # not UTF-8: sketched as decoded with U+FFFD
+        chunks.append(pa.array(values, pa.large_binary()))
+    acc = feature_stats.FeatureStats("bytes", "text", False)
+    for i, chunk in enumerate(chunks):
+        acc.add(chunk, feature_stats.chunk_keys(len(chunk), [i]))
+    # The same sketches, fed one value at a time: the first two chunks' exact counts, then
+    # each chunk's distinct values.
+    hll = datasketches.hll_sketch(feature_stats._HLL_LG_K)
+    frequent = datasketches.frequent_strings_sketch(feature_stats._FREQUENT_LG_MAX)
+    exact = pc.value_counts(pa.concat_arrays(chunks[:2]))
+    parts = [exact] + [pc.value_counts(c) for c in chunks[2:]]
+    for part in parts:
+        for v, c in zip(part.field(0).to_pylist(), part.field(1).to_pylist()):
+            hll.update(v.decode("utf-8", "replace"))
+            frequent.update(v.decode("utf-8", "replace"), c)
+    assert acc.counts.hll.get_estimate() == hll.get_estimate()
+    assert acc.counts.frequent.serialize() == frequent.serialize()
+    assert any(t["value"].startswith("\ufffd") for t in acc.to_json()["top"])
+
+
 def test_binary_values_are_counted_by_digest_past_the_exact_limit():
     rng = np.random.default_rng(9)
     blobs = [rng.bytes(int(k)) for k in rng.integers(8, 40, 30_000)]

@@ -227,6 +227,29 @@ def test_ranked_keeps_the_carried_order_and_refuses_to_pass_the_limit():
     assert counts.dropped("f") and counts.table("f") is None  # three distinct values: past the limit
 
 
+@pytest.mark.parametrize("limit", [40, 400, 5000])
+def test_counts_add_up_across_chunks_and_bundles_and_drop_past_the_limit(limit):
+    rng = np.random.default_rng(limit)
+    truth: collections.Counter = collections.Counter()
+    bundles = []
+    for _ in range(3):
+        bundle = vocab_stats.Counts(limit)
+        for _ in range(4):
+            words = [b"w%d" % x for x in rng.integers(0, 300, int(rng.integers(0, 200)))]
+            words += [b"id-%d" % x for x in rng.integers(0, 10**9, int(rng.integers(0, 40)))]
+            truth.update(words)
+            bundle.add(vocab_stats.count_chunk([("f", "bytes", pa.array(words, pa.large_binary()))], {"f"}))
+        bundles.append(bundle)
+    got = vocab_stats.Counts.merge_all(bundles).table("f")
+    if len(truth) > limit:
+        assert got is None
+        return
+    assert dict(zip(got.column("value").to_pylist(), got.column("count").to_pylist())) == dict(truth)
+    assert got.schema == pa.schema([("value", pa.large_binary()), ("count", pa.int64())])
+    ranked = sorted(truth, key=lambda v: (-truth[v], v))
+    assert vocab_stats.ranked(got, limit) == (tuple(v.decode() for v in ranked), "")
+
+
 def test_feature_space_of_ids_encodes_each_row_as_that_of_strings_does(dataset):
     import keras
 

@@ -47,9 +47,9 @@ def count_chunk(cols, names) -> dict:
 class Counts:
     """Exact value counts per feature, each dropped (None) past `limit` distinct values.
 
-    Counts are kept as the chunks' tables and summed (an Arrow group-by) only when their rows
-    could pass the limit, and when read: summing at every chunk was 1.1 s of a 5.3-s
-    conversion of 500k rows of distinct values (ids, URLs).
+    Counts are kept as the chunks' tables and summed only when their rows could pass the
+    limit, and when read: summing at every chunk was 1.1 s of a 5.3-s conversion of 500k
+    rows of distinct values (ids, URLs).
     """
 
     def __init__(self, limit: int):
@@ -85,9 +85,8 @@ class Counts:
             return
         held = held + parts
         if sum(t.num_rows for t in held) > self.limit:
-            held = [_summed(held)]
-            if held[0].num_rows > self.limit:
-                held = None
+            summed = _summed(held, self.limit)
+            held = None if summed is None else [summed]
         self._parts[name] = held
 
     @staticmethod
@@ -100,11 +99,24 @@ class Counts:
         return total
 
 
-def _summed(parts: list) -> pa.Table:
-    if len(parts) == 1:
+def _summed(parts: list, limit: int | None = None) -> pa.Table | None:
+    """One row per distinct value of `parts`, its counts added up; None if there are more
+    than `limit` distinct values (known before anything is added).
+
+    A dictionary encoding and one scatter-add, not Acero's group_by: counting 6 chunks of
+    32,768 distinct URLs took it ~170 ms (its thread pool, on a busy 2-core machine), this
+    10-25 ms; and a feature past the limit needs only the number of its distinct values.
+    """
+    if len(parts) == 1 and (limit is None or parts[0].num_rows <= limit):
         return parts[0]
-    both = pa.concat_tables(parts)
-    return both.group_by(_VALUE).aggregate([(_COUNT, "sum")]).rename_columns([_VALUE, _COUNT])
+    values = pa.concat_arrays([c for t in parts for c in t.column(_VALUE).chunks])
+    encoded = pc.dictionary_encode(values)
+    if limit is not None and len(encoded.dictionary) > limit:
+        return None
+    counts = np.concatenate([t.column(_COUNT).to_numpy() for t in parts])
+    summed = np.zeros(len(encoded.dictionary), np.int64)
+    np.add.at(summed, encoded.indices.to_numpy(zero_copy_only=False), counts)
+    return _table(encoded.dictionary, summed)
 
 
 def ranked(table, limit: int, carried: tuple = ()) -> tuple:
