@@ -31,7 +31,9 @@ class ReadOptions:
         tens of ms of latency to hide.
     num_parallel_calls: parallelism of interleave and maps. Auto: tf.data AUTOTUNE (see autotune), except
         the interleave on object storage (gs://), which gets one call per shard read
-        at once (latency-bound reads need threads, not cores).
+        at once (latency-bound reads need threads, not cores), and the blocks layout's
+        seekable order, which parses one window a core, at most 8 at once (on a 16-vCPU
+        host, 16 windows at once read 4.2M rows/s where 8 read 5.7M).
     shuffle_buffer: rows layout only: records in the shuffle buffer. Auto: ~16 MB worth of records (from
         the recorded average record size; 50k records of the benchmark schema), capped at
         the split size. Conversion already shuffled records across shards, so the buffer

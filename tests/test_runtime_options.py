@@ -261,3 +261,17 @@ def test_the_seekable_order_parses_one_window_a_core_up_to_eight(tabular, monkey
     assert _parse_map_calls(ingest.make_dataset(tabular, batch_size=4)) == {want}
     asked = ingest.make_dataset(tabular, batch_size=4, options=ingest.ReadOptions(num_parallel_calls=12))
     assert _parse_map_calls(asked) == {12}
+
+
+def test_the_device_probe_reports_each_variant_and_dataset(tabular, images, capsys):
+    # benchmarks/device_probe.py runs on the GPU host, where nothing else checks it.
+    import json
+
+    from benchmarks import device_probe
+
+    device_probe.main("tab", [tabular], batches=3)
+    device_probe.main("img", [images], batches=2)
+    tab, img = (json.loads(line) for line in capsys.readouterr().out.splitlines())
+    assert tab["dataset"] == tabular and all(r > 0 for r in tab["rows_per_s"].values())
+    assert {"default", "4 windows at once"} <= set(tab["rows_per_s"])
+    assert list(img["images_per_s"]) == [images] and img["images_per_s"][images] > 0
