@@ -99,8 +99,8 @@ RUN_ROWS = 1 << 12
 SEEKABLE_WINDOW_ROWS = 80 << 10
 # Windows of the seekable order parsed at once. On a 16-vCPU H100 host (2026-11-27, numeric
 # corpus, batch 4096, long-lived iterator) 16 windows in flight gave 4.2M rows/s, 8 gave
-# 5.7M and 4 5.9M; on 8 vCPUs 8 and 4 were equal (5.3M, 5.2M). The reads that feed the
-# parse are one thread; more parse calls most likely take its cores from it.
+# 5.7M and 4 5.9M; on 8 vCPUs 8 and 4 were equal (5.3M, 5.2M). Threads added to the reads
+# slowed that host too: past ~8, threads contend rather than add work done.
 WINDOW_CALLS = 8
 
 
