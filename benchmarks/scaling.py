@@ -8,6 +8,11 @@ iterates), medians of epochs after a warm-up:
    a child process each), batch 4096 and 256, on a numeric corpus and on one whose text is
    high-cardinality (every value distinct: ids, URLs) and low (a dozen words). Amdahl: a
    stage that one thread runs for the whole stream caps the ratio below ~1.8.
+   Measured twice: an iterator per epoch (as Keras iterates a finite dataset), and one
+   long-lived iterator (`num_epochs=None`, as a steps-based trainer reads; timed after a
+   warm-up, `_measure.drain_steady_in_graph`). Beside them, the same two rates of a
+   synthetic pipeline of make_dataset's shape that does none of its work (`ceiling`):
+   what tf.data itself reaches on this machine's cores.
 2. raw read: make_dataset over a numeric corpus against a raw read of the same shards
    (`TFRecordDataset`, CRCs checked, no parse), 2 cores.
 3. ids: the low-cardinality corpus read with `text="ids"` against the same rows with their
@@ -45,8 +50,12 @@ def _pipelines(kind: str, paths: dict, batch_size: int) -> dict:
     def make(corpus_name, **kw):
         return lambda: ingest.make_dataset(paths[corpus_name], batch_size=b, **kw)
 
-    if kind == "scaling":
-        return {name: make(name) for name in ("none", "high", "low")}
+    if kind in ("scaling", "steady"):
+        epochs = {} if kind == "scaling" else {"num_epochs": None}
+        made = {name: make(name, **epochs) for name in ("none", "high", "low")}
+        rows = ingest.load_info(paths["none"]).split("train").records
+        windows = None if kind == "steady" else -(-rows // (-(-81_920 // b) * b))
+        return made | {"tf.data ceiling": lambda: ceiling(b, windows, len(_affinity()))}
     if kind == "raw":
         files = pipelines.shard_files(paths["none"])
         rows_per_record = ingest.load_info(paths["none"]).block_rows
@@ -67,18 +76,56 @@ def _pipelines(kind: str, paths: dict, batch_size: int) -> dict:
     }
 
 
+def ceiling(batch_size: int, windows: int | None, cores: int):
+    """make_dataset's shape, none of its work: `windows` windows (None: endless) of 81,920
+    rows (rounded up to whole batches) and the numeric corpus' 16 columns, each made by
+    `cores` parallel calls (random values, permuted: CPU work per row like a parse's),
+    then cut into batches by a flat_map and prefetched.
+
+    Its rate on 2 cores over 1 is what tf.data's threads give this machine for a pipeline
+    of windows whose work is all parallel: the ceiling of make_dataset's ratio here.
+    """
+    import tensorflow as tf
+
+    window = -(-81_920 // batch_size) * batch_size
+    columns = [(tf.float32, name) for name in corpus.FLOAT_COLS] + [(tf.int64, name) for name in corpus.INT_COLS]
+
+    def made(w):
+        order = tf.random.experimental.stateless_shuffle(tf.range(window), seed=tf.stack([w, 1]))
+        out = {}
+        for c, (dtype, name) in enumerate(columns):
+            values = tf.random.stateless_uniform(
+                [window], seed=tf.stack([w, c + 2]), maxval=None if dtype == tf.float32 else 1000, dtype=dtype
+            )
+            out[name] = tf.reshape(tf.gather(values, order), [-1, batch_size])
+        return out, tf.reshape(tf.gather(tf.cast(order, tf.int64), order), [-1, batch_size])
+
+    ds = tf.data.Dataset.range(windows) if windows is not None else tf.data.Dataset.counter()
+    ds = ds.map(made, num_parallel_calls=cores, deterministic=True)
+    return ds.flat_map(lambda *x: tf.data.Dataset.from_tensor_slices(x)).prefetch(tf.data.AUTOTUNE)
+
+
 def _affinity() -> set:
     return os.sched_getaffinity(0)
 
 
 def _child(kind: str, paths: dict, batch_size: int, epochs: int) -> dict:
     made = {name: make() for name, make in _pipelines(kind, paths, batch_size).items()}
+    if kind == "steady":  # one iterator over ~1M rows, timed after its first 100k
+        rows = 1_000_000 if batch_size >= 1024 else 500_000
+        made = {name: ds.take(-(-rows // batch_size)) for name, ds in made.items()}
+        warmup = -(-100_000 // batch_size)
+
+        def drain(ds):
+            return _measure.drain_steady_in_graph(ds, warmup_batches=warmup)
+    else:
+        drain = _measure.drain_in_graph
     rates = {name: [] for name in made}
     for ds in made.values():  # warm-up
-        _measure.drain_in_graph(ds)
+        drain(ds)
     for _ in range(epochs):  # round robin: drift hits every pipeline alike
         for name, ds in made.items():
-            n, s = _measure.drain_in_graph(ds)
+            n, s = drain(ds)
             rates[name].append(n / s)
     return {"cores": len(_affinity()), "rates": {k: statistics.median(v) for k, v in rates.items()}}
 
@@ -118,9 +165,24 @@ def main(argv=None) -> int:
     results = {}
     for b in (int(x) for x in args.batch_sizes.split(",")):
         one, two = (_run("scaling", c, paths, b, args.epochs) for c in (1, 2))
-        rows = [{"corpus": k, "1 core": one[k], "2 cores": two[k], "2 / 1": two[k] / one[k]} for k in one]
-        print(f"\nScaling, batch {b}: rows/s of make_dataset (defaults), medians of {args.epochs} epochs\n")
-        print(_measure.table(rows, ["corpus", "1 core", "2 cores", "2 / 1"]), flush=True)
+        steady_one, steady_two = (_run("steady", c, paths, b, args.epochs) for c in (1, 2))
+        rows = [
+            {
+                "corpus": k,
+                "1 core": one[k],
+                "2 cores": two[k],
+                "2 / 1": two[k] / one[k],
+                "long-lived: 1 core": steady_one[k],
+                "2 cores ": steady_two[k],
+                "2 / 1 ": steady_two[k] / steady_one[k],
+            }
+            for k in one
+        ]
+        print(
+            f"\nScaling, batch {b}: rows/s of make_dataset (defaults), medians of {args.epochs}: an iterator "
+            "per epoch, then one long-lived iterator; the ceiling is a synthetic pipeline of its shape\n"
+        )
+        print(_measure.table(rows, list(rows[0])), flush=True)
         pairs = {"raw": ("make_dataset", "raw read (no parse)")}
         pairs |= {"ids": None, "peer": None}
         other = {kind: _run(kind, 2, paths, b, args.epochs) for kind in pairs}

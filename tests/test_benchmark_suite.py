@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 
+import numpy as np
 import pytest
 
 from benchmarks import suite
@@ -123,3 +124,21 @@ def test_images_benchmark_measures_the_stored_for_training_datasets_against_the_
     assert [r["conversion"] for r in results["stored"]] == [" ".join(f) for f in images.STORED.values()]
     with pytest.raises(SystemExit, match=r"--cores must be 1\.\.\d+"):
         images.pin_cores(10**6)
+
+
+def test_scaling_ceiling_has_make_datasets_shape_and_rows():
+    # The synthetic pipeline benchmarks.scaling reports as tf.data's ceiling: whole
+    # batches of the numeric corpus' columns, every window's rows once.
+    from benchmarks import corpus, scaling
+
+    batches = list(scaling.ceiling(4096, 3, cores=2))
+    window = 81_920  # 20 batches of 4096
+    assert len(batches) == 3 * window // 4096
+    features, label = batches[0]
+    assert sorted(features) == sorted(corpus.FLOAT_COLS + corpus.INT_COLS)
+    assert all(t.shape == (4096,) for t in features.values()) and label.shape == (4096,)
+    for w in range(3):  # the label is the window's permutation: each row once
+        labels = np.concatenate([b[1].numpy() for b in batches[w * 20 : (w + 1) * 20]])
+        assert sorted(labels) == list(range(window))
+    endless = list(scaling.ceiling(256, None, cores=1).take(3 * window // 256 + 1))  # past 3 windows
+    assert len(endless) == 3 * window // 256 + 1 and endless[-1][1].shape == (256,)
