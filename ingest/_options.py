@@ -27,8 +27,9 @@ class ReadOptions:
     (Formerly `PipelineOptions`, a name Beam uses for its own options; that name still works, deprecated.)
 
     cycle_length: shards read at once by the interleave. Auto: all shards up to 2x the
-        CPU count on local disk, up to 16 on object storage (gs://), where each read has
-        tens of ms of latency to hide.
+        CPUs this process may use (its affinity: `taskset`, a container's cpuset) on local
+        disk, up to 16 on object storage (gs://), where each read has tens of ms of latency
+        to hide.
     num_parallel_calls: parallelism of interleave and maps. Auto: tf.data AUTOTUNE (see autotune), except
         the interleave on object storage (gs://), which gets one call per shard read
         at once (latency-bound reads need threads, not cores), and the blocks layout's

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import threading
 from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
 from ingest import _tuning, contract
+from ingest._system import usable_cpus
 from ingest.blocks.parse import check_blocks
 
 if TYPE_CHECKING:
@@ -315,9 +315,7 @@ def records(req: Request, plan: _tuning.FileShards, *, located: bool = False) ->
         ds = ds.shuffle(len(plan.files), seed=req.seed, reshuffle_each_iteration=True)
     remote = _tuning.is_remote(req.path)
     opts = req.options
-    cycle = _tuning.cycle_length(
-        len(plan.files), remote=remote, cpu_count=os.cpu_count() or 1, requested=opts.cycle_length
-    )
+    cycle = _tuning.cycle_length(len(plan.files), remote=remote, cpu_count=usable_cpus(), requested=opts.cycle_length)
     parallel = _tuning.interleave_parallelism(cycle, remote=remote, requested=opts.num_parallel_calls)
     ds = ds.interleave(
         _reader(req, located=located),

@@ -263,6 +263,26 @@ def test_the_seekable_order_parses_one_window_a_core_up_to_eight(tabular, monkey
     assert _parse_map_calls(asked) == {12}
 
 
+def test_shards_read_at_once_count_the_cores_this_process_may_use(tmp_path, monkeypatch):
+    # Two readers a core: a container given 2 of a host's 64 cores opens 4, not 128.
+    from ingest import _read
+
+    src = write_text(tmp_path / "in" / "a.csv", "id,y\n" + "".join(f"{i},{i % 2}\n" for i in range(800)))
+    out = tmp_path / "ds"
+    run_convert(
+        "--source", "csv", "--input", src, "--output", out, "--label", "y", "--num_shards", "16", "--layout", "rows"
+    )
+    for cpus, want in ((1, 2), (2, 4), (64, 16)):
+        monkeypatch.setattr(_read, "usable_cpus", lambda: cpus)
+        graph = tf.compat.v1.GraphDef.FromString(
+            ingest.make_dataset(str(out), batch_size=4)._as_serialized_graph().numpy()
+        )
+        nodes = {n.name: n for n in graph.node}
+        (interleave,) = [n for n in graph.node if "Interleave" in n.op]
+        cycle = nodes[interleave.input[-5 if interleave.op.startswith("Parallel") else -2].split(":")[0]]
+        assert int(tf.make_ndarray(cycle.attr["value"].tensor)) == want
+
+
 def test_the_device_probe_reports_each_variant_and_dataset(tabular, images, capsys):
     # benchmarks/device_probe.py runs on the GPU host, where nothing else checks it.
     import json
