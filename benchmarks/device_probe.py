@@ -4,7 +4,8 @@ A long-lived iterator, batches drained in-graph (`next` in a `tf.function` loop)
 variant warmed up, then timed in rounds round robin; medians. Copy this file into
 `.dev/kit/` before the kit's calls, and run it under `taskset` per core count:
 
-    probe.py tab DATASET...   make_dataset at batch 4096: the defaults, and parse windows at once
+    probe.py tab DATASET...   make_dataset at batch 4096: the defaults, parse windows at once,
+                              and each window's blocks read by its parse call
     probe.py img DATASET...   images/s at 224x224 training crops, batch 256
 
 It imports only TensorFlow and ingest (the GPU machine has no benchmarks package).
@@ -59,11 +60,26 @@ def tabular(path: str, **options):
     )
 
 
+def reading_in_calls(path: str):
+    """The defaults with each window's blocks read by its own parse call, not by the one
+    read thread (`seekable.READS_IN_WINDOW_CALLS`, read when the dataset is built)."""
+    from ingest.blocks import seekable
+
+    def make():
+        seekable.READS_IN_WINDOW_CALLS = True
+        try:
+            return tabular(path)()
+        finally:
+            seekable.READS_IN_WINDOW_CALLS = False
+
+    return make
+
+
 def main(mode: str, paths: list, batches: int | None = None) -> None:
     cores = len(os.sched_getaffinity(0))
     if mode == "tab":
         for path in paths:
-            variants = {"default": tabular(path)}
+            variants = {"default": tabular(path), "reads in the window calls": reading_in_calls(path)}
             variants |= {
                 f"{n} windows at once": tabular(path, num_parallel_calls=n) for n in (4, 8, 16) if n <= 2 * cores
             }

@@ -527,6 +527,21 @@ def test_checkpoint_restores_blocks_mid_epoch_to_the_next_batch(both, tmp_path, 
     assert rest == full[15 * 50 :] and len(full) == 8000
 
 
+def test_windows_read_by_their_parse_calls_give_the_same_batches(both, monkeypatch):
+    # seekable.READS_IN_WINDOW_CALLS, which benchmarks/device_probe.py measures on GPU hosts.
+    from ingest.blocks import seekable
+
+    def batches():
+        ds = ingest.make_dataset(
+            both[1], batch_size=64, seed=7, num_epochs=2, options=ingest.ReadOptions(block_window=8)
+        )
+        return [(x["id"].numpy().tolist(), y.numpy().tolist()) for x, y in ds]
+
+    threaded = batches()
+    monkeypatch.setattr(seekable, "READS_IN_WINDOW_CALLS", True)
+    assert batches() == threaded and sum(len(ids) for ids, _ in threaded) == 8000
+
+
 def test_read_records_yields_the_blocks_as_stored(both):
     blocks = [r.numpy() for r in read_records(both[1])]
     held = [b["__rows__"][0] for b in map(_block_dict, blocks)]

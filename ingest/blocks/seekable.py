@@ -54,6 +54,15 @@ _PASSES = 1 << 30  # pass numbers drawn per iterator
 _HEADS = 3
 _FOREVER = 2**62  # windows in an endless stream (repeated, so the cardinality is infinite)
 _MAX_READ_BUFFER = 4 << 20  # a reader's buffer: a run's bytes, up to this
+# Where a window's blocks are read: by one thread for every window (False), or by the
+# window's own parse call, as many at once as windows are parsed (True). The reads are
+# TensorFlow's TFRecord reader, CRC checks included, ~1 GB/s of one core: one thread
+# read ~23M rows/s of the numeric corpus here, and on the 16-vCPU H100 host, whose cores
+# ran this pipeline ~4x slower, that is near the 6.7M rows/s its 16 cores reached. Off:
+# on 2 cores here reading in the calls was ~5% slower (9.1-9.4M against 9.5-10.2M rows/s,
+# two alternating runs), and tf.data logs once a window that the map is stateful.
+# benchmarks/device_probe.py measures both on a GPU host.
+READS_IN_WINDOW_CALLS = False
 
 
 def window_rows(block_rows: int, blocks: int, batch_size: int, requested_blocks: int | None = None) -> int:
@@ -315,10 +324,13 @@ class _SeekableOrder:
         ds = ds.scan(state, _keep)
         parallel = _tuning.window_calls(usable_cpus(), requested=self.req.options.num_parallel_calls)
         ds = ds.map(self.plan, num_parallel_calls=parallel, deterministic=True)
-        # Reads are a flat_map, not a dataset reduced inside a map: tf.data then checkpoints
-        # them symbolically without a warning per window that the map is stateful.
-        ds = ds.flat_map(self.read)
-        ds = ds.map(self.rows_of_window, num_parallel_calls=parallel, deterministic=True)
+        if READS_IN_WINDOW_CALLS:
+            ds = ds.map(self.read_and_parse, num_parallel_calls=parallel, deterministic=True)
+        else:
+            # Reads are a flat_map, not a dataset reduced inside a map: tf.data then checkpoints
+            # them symbolically without a warning per window that the map is stateful.
+            ds = ds.flat_map(self.read)
+            ds = ds.map(self.rows_of_window, num_parallel_calls=parallel, deterministic=True)
         return ds.flat_map(self.window_batches)
 
     def starts(self):
@@ -432,6 +444,10 @@ class _SeekableOrder:
         empty = tf.data.Dataset.from_tensors((tf.zeros([0], tf.int64), tf.zeros([0], tf.string)))
         serialized = serialized.concatenate(empty).take(1)
         return serialized.map(lambda positions, s: (seed, key, w, blocks, positions, s, skip, rows, drop))
+
+    def read_and_parse(self, seed, key, w, blocks, skip, rows, drop):
+        """read and rows_of_window in one call: the window's blocks read where it is parsed."""
+        return self.rows_of_window(*self.read(seed, key, w, blocks, skip, rows, drop).get_single_element())
 
     def rows_of_window(self, seed, key, w, blocks, positions, serialized, skip, rows, drop):
         names = tf.gather(self.files, tf.gather(self.file_of, blocks))
