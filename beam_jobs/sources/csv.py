@@ -158,8 +158,10 @@ class CsvSource(Source):
         _, path, byte_range = item
         return readers.iter_csv_chunks(path, list(self.header), self.csv, list(self.columns), byte_range)
 
-    def count_types(self, item: WorkItem) -> Iterator[dict]:
+    def count_types(self, item: WorkItem, *, keep=None) -> Iterator[dict]:
         for chunk in prefetched(self._chunks(item)):
+            if keep is not None:
+                keep(chunk)
             counts = column_types.count_types(chunk.batch)
             yield {k: dataclasses.asdict(v) for k, v in counts.items()}
 
@@ -172,8 +174,8 @@ class CsvSource(Source):
         types = column_types.decide_types(counts, self.columns, tolerance=tolerance, given=dict(self.given_types))
         return {name: (types[name], ()) for name in self.columns}
 
-    def read(self, item: WorkItem) -> tuple:
-        return item[1], self._chunks(item)
+    def read(self, item: WorkItem, *, kept: list | None = None) -> tuple:
+        return item[1], iter(kept) if kept is not None else self._chunks(item)
 
     def type_chunk(self, path: str, chunk, types: dict) -> tuple:
         batch, rows = chunk.batch, chunk.rows
