@@ -73,7 +73,7 @@ class Keeper:
     def add(self, chunk) -> None:
         if self._chunks is None:
             return
-        self._size += chunk.batch.nbytes
+        self._size += chunk.batch.nbytes + sum(_nbytes(c) for casts in chunk.casts.values() for c in casts.values())
         if self._size + self._store.held_bytes() > self._store.budget:
             self._chunks = None
             return
@@ -84,6 +84,11 @@ class Keeper:
         # their rows) or an empty range is read as before.
         if self._chunks:
             self._store._put(self._key, self._chunks, self._size)
+
+
+def _nbytes(cast) -> int:
+    """An array's bytes, or a (float32 array, numpy mask) pair's."""
+    return sum(a.nbytes for a in cast) if isinstance(cast, tuple) else cast.nbytes
 
 
 KEPT = ParsedChunks()

@@ -160,9 +160,9 @@ class CsvSource(Source):
 
     def count_types(self, item: WorkItem, *, keep=None) -> Iterator[dict]:
         for chunk in prefetched(self._chunks(item)):
+            counts = column_types.count_types(chunk.batch, casts=chunk.casts if keep is not None else None)
             if keep is not None:
                 keep(chunk)
-            counts = column_types.count_types(chunk.batch)
             yield {k: dataclasses.asdict(v) for k, v in counts.items()}
 
     def merge_type_counts(self, many) -> dict:
@@ -184,7 +184,9 @@ class CsvSource(Source):
         for name in self.columns:
             dtype, _ = types[name]
             raw = batch.column(name)
-            arr, bad_cells = column_types.convert_text_column(raw, dtype, exact_integers=self.schema is not None)
+            arr, bad_cells = column_types.convert_text_column(
+                raw, dtype, exact_integers=self.schema is not None, casts=chunk.casts.get(name)
+            )
             for i in np.flatnonzero(bad_cells & ~bad_mask):
                 value = raw[i].as_py().decode("utf-8", "backslashreplace")
                 bad.append(
