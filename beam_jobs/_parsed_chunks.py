@@ -4,7 +4,7 @@ CSV types are decided from counts over the whole input, so every CSV work item i
 twice: once to count the types of its cells, once to convert them. When both passes run
 in the same process (the in-process DirectRunner, or a Dataflow worker that happens to
 take an item in both stages), the second parse is work done again: on the 200k-row
-corpora, parsing and cutting records cost ~0.16 s of CPU per pass. The first pass keeps
+corpora, parsing and cutting records cost 0.16-0.20 s of CPU per pass. The first pass keeps
 what it parsed here, up to a memory budget, and the conversion takes it back; an item
 that was not kept (another process, over the budget, another job) is parsed again, as
 before. The chunks are the parser's output, so the two passes see the same data.
@@ -21,7 +21,7 @@ __all__ = ["ParsedChunks", "Keeper", "KEPT"]
 # 500k-row corpora: 126 MB of CSV (high-cardinality text) are 192 MB kept, and the job's
 # peak RSS went from 500 to 631 MB; 76 MB of CSV (low), 144 MB, 417 -> 527 MB; at 1M
 # rows (152 MB of CSV, more than the budget holds) 403 -> 633 MB. 256 MiB holds a CSV
-# of ~170 MB and bounds what a larger one adds.
+# of 140-175 MB (1.5-1.9 bytes kept a byte) and bounds what a larger one adds.
 _BUDGET_BYTES = 256 * 2**20
 
 
