@@ -43,6 +43,7 @@ from beam_jobs._background import BackgroundWriter, OneAhead, prefetched
 from beam_jobs._config import JobConfig
 from beam_jobs._errors import full_disk_named
 from beam_jobs._finalize import finalize_dataset
+from beam_jobs._parsed_chunks import KEPT
 from beam_jobs.encode.examples import encode_batch
 from beam_jobs.encode.tfrecord import frames_array
 from beam_jobs.output import commit_rows
@@ -62,14 +63,26 @@ _PROGRESS_EVERY_S = 10.0
 # --- type inference ----------------------------------------------------------------
 
 
+def _item_key(item) -> tuple:
+    """A work item's (index, byte range index): what the two passes over it share."""
+    return item[0], item[2].index if item[2] is not None else None
+
+
 class _CountTypes(beam.DoFn):
-    """(index, path, range) -> per-column type counts of each chunk (CSV inference)."""
+    """(index, path, range) -> per-column type counts of each chunk (CSV inference).
+
+    The chunks it parses stay in this process for ConvertFiles, within a budget
+    (`_parsed_chunks`): read once, not twice, when both stages run here.
+    """
 
     def __init__(self, cfg: JobConfig):
         self._source = cfg.source
+        self._job = cfg.job_id
 
     def process(self, item):
-        yield from self._source.count_types(item)
+        keeper = KEPT.keeper(self._job, _item_key(item))
+        yield from self._source.count_types(item, keep=keeper.add)
+        keeper.publish()
 
 
 # --- conversion --------------------------------------------------------------------
@@ -114,9 +127,14 @@ class _ConvertFiles(beam.DoFn):
         self._vocabulary_names = _vocabulary_features(cfg, decided)
         routing = _chunk.Routing(cfg.splits, decided.num_shards, cfg.shuffle, cfg.seed)
         position: dict = {}  # split -> records of this file part so far
-        path, chunks = cfg.source.read(item)
-        # The next chunk is read and parsed while this one is typed and encoded.
-        for chunk_index, chunk in enumerate(prefetched(chunks)):
+        kept = KEPT.take(cfg.job_id, _item_key(item)) if cfg.source.infer else None
+        if kept is None:
+            path, chunks = cfg.source.read(item)
+            # The next chunk is read and parsed while this one is typed and encoded.
+            chunks = prefetched(chunks)
+        else:
+            path, chunks = cfg.source.read(item, kept=kept)
+        for chunk_index, chunk in enumerate(chunks):
             self._convert_chunk(path, (file_index, part, chunk_index), chunk, decided.types, routing, position)
             self._maybe_log_progress()
         if not cfg.shuffle:

@@ -8,11 +8,14 @@
    tf.train.Example per row, written with TFRecordWriter, as a tutorial would. The job:
    `beam_jobs.convert` on the in-process DirectRunner, timed from launch to metadata
    (inference pass, encoding, sharding, commit), from CSV and from the same rows as
-   Parquet, in the default blocks layout and in the rows layout.
+   Parquet, in the default blocks layout and in the rows layout, on corpora with
+   low-cardinality text (a dozen words) and high (every value distinct: --texts). Its
+   start-up, a 1-row job, is measured apart and also taken off.
 3. One large CSV (--mp_gb) on the multi-process DirectRunner: 2 worker processes against 1.
 4. Peak RSS of the job, in a child process per corpus size.
 
     python -m benchmarks.conversion [--rows 500000] [--runs 5] [--mp_gb 1] [--quick]
+                                    [--texts low,high] [--parts encoder,job,mp,rss]
 """
 
 from __future__ import annotations
@@ -153,6 +156,102 @@ def encoder_rates(parquet_path: str, *, runs: int, batch_rows: int = 32768) -> l
     return rows
 
 
+# --- 2. the whole job against the naive converter ------------------------------------------
+
+_JOB_COLUMNS = [
+    "converter",
+    "text",
+    "rows_per_sec",
+    "vs_naive",
+    "seconds",
+    "seconds_less_startup",
+    "vs_naive_less_startup",
+    "input_mb_per_sec",
+    "output_mb",
+    "runs",
+]
+
+
+def _startup_s(tmp: str, runs: int) -> float:
+    """The job's fixed cost: a 1-row job from CSV and from Parquet, after a warm-up one."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    one = corpus.tabular_table(1)
+    paths = {"csv": os.path.join(tmp, "one.csv"), "parquet": os.path.join(tmp, "one.parquet")}
+    pacsv.write_csv(one, paths["csv"])
+    pq.write_table(pa.table(one), paths["parquet"])
+    job_convert("csv", paths["csv"], os.path.join(tmp, "job-one"))
+    seconds = []
+    for _ in range(runs):
+        for source, path in paths.items():
+            start = time.perf_counter()
+            job_convert(source, path, os.path.join(tmp, "job-one"))
+            seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds)
+
+
+def _tree_mb(path: str) -> float:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files) / 1e6
+
+
+def job_rates(args, tmp: str) -> tuple:
+    """The naive converter, then the job from CSV and Parquet in the blocks layout (and in
+    rows, on the first text corpus), on each text corpus: medians of `args.runs` rounds,
+    each converter once a round, after a warm-up round. -> (table rows, start-up s)."""
+    texts = args.texts.split(",")
+    naive_rows = min(args.naive_rows, args.rows)
+    jobs: dict = {}  # (name, text) -> (source, path, extra flags)
+    naive: dict = {}  # text -> a CSV of the corpus' first naive_rows rows
+    for text in texts:
+        csv_path = corpus.ensure_csv(args.workdir, args.rows, text=text)
+        pq_path = corpus.ensure_parquet(args.workdir, args.rows, text=text)
+        naive[text] = corpus.ensure_csv(args.workdir, naive_rows, text=text)
+        jobs[("job_csv", text)] = ("csv", csv_path)
+        jobs[("job_parquet", text)] = ("parquet", pq_path)
+        if text == texts[0]:  # the rows layout, for TFX-style readers
+            jobs[("job_csv --layout rows", text)] = ("csv", csv_path, "--layout", "rows")
+            jobs[("job_parquet --layout rows", text)] = ("parquet", pq_path, "--layout", "rows")
+    out = os.path.join(tmp, "job")
+    seconds: dict = {key: [] for key in jobs}
+    output_mb: dict = {}
+    naive_rates: dict = {text: [] for text in texts}
+    for round_ in range(args.runs + 1):  # round 0 warms up, and measures the bytes written
+        for text, path in naive.items():
+            naive_rates[text].append(_timed(naive_convert, path, os.path.join(tmp, "naive.tfrecord")))
+        for key, (source, path, *extra) in jobs.items():
+            start = time.perf_counter()
+            job_convert(source, path, out, *extra)
+            seconds[key].append(time.perf_counter() - start)
+            output_mb.setdefault(key, _tree_mb(out))
+    startup = _startup_s(tmp, max(3, args.runs))
+    rows = []
+    for text in texts:
+        rate = statistics.median(naive_rates[text][1:])
+        rows.append({"converter": "naive", "text": text, "rows_per_sec": rate, "vs_naive": 1.0, "runs": args.runs})
+        for (name, t), (source, path, *_) in jobs.items():
+            if t != text:
+                continue
+            med = statistics.median(seconds[(name, t)][1:])
+            less = med - startup
+            rows.append(
+                {
+                    "converter": name,
+                    "text": text,
+                    "rows_per_sec": args.rows / med,
+                    "vs_naive": args.rows / med / rate,
+                    "seconds": med,
+                    "seconds_less_startup": less,
+                    "vs_naive_less_startup": args.rows / less / rate if less > 0 else None,
+                    "input_mb_per_sec": os.path.getsize(path) / 1e6 / med,
+                    "output_mb": output_mb[(name, t)],
+                    "runs": args.runs,
+                }
+            )
+    return rows, startup
+
+
 # --- 3. multi-process DirectRunner ----------------------------------------------------------
 
 
@@ -196,6 +295,13 @@ def main(argv=None) -> int:
     p.add_argument(
         "--quick", action="store_true", help="50k rows, 1 run, a 20 MB multi-process CSV, RSS at 20k vs 100k rows"
     )
+    p.add_argument(
+        "--texts",
+        default="low,high",
+        help="text columns of the job's corpora (benchmarks.corpus.TEXTS): low (a dozen words), high (all distinct)",
+    )
+    p.add_argument("--naive_rows", type=int, default=100_000, help="rows the naive converter is timed on (its rate)")
+    p.add_argument("--parts", default="encoder,job,mp,rss", help="which comparisons to run (job always runs)")
     p.add_argument("--rss_child", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.rss_child:
@@ -203,30 +309,18 @@ def main(argv=None) -> int:
         return 0
     if args.quick:
         args.rows, args.runs, args.mp_runs, args.rss_rows = 50_000, 1, 1, "20000,100000"
+        args.naive_rows = min(args.naive_rows, 20_000)
         args.mp_gb = min(args.mp_gb, 0.02)
     csv_path = corpus.ensure_csv(args.workdir, args.rows)
-    pq_path = corpus.ensure_parquet(args.workdir, args.rows)
     tmp = os.path.join(args.workdir, "conversion-out")
     os.makedirs(tmp, exist_ok=True)
-    results = {"encoder": encoder_rates(pq_path, runs=args.runs)}
+    results = {}
+    if "encoder" in args.parts:
+        results["encoder"] = encoder_rates(corpus.ensure_parquet(args.workdir, args.rows), runs=args.runs)
 
-    jobs = {  # the default layout (blocks), and rows for TFX-style readers
-        "job_csv": ("csv", csv_path),
-        "job_parquet": ("parquet", pq_path),
-        "job_csv --layout rows": ("csv", csv_path, "--layout", "rows"),
-        "job_parquet --layout rows": ("parquet", pq_path, "--layout", "rows"),
-    }
-    rates = {"naive": [], **{name: [] for name in jobs}}
-    for _ in range(args.runs):
-        rates["naive"].append(_timed(naive_convert, csv_path, os.path.join(tmp, "naive.tfrecord")))
-        for name, (source, path, *extra) in jobs.items():
-            rates[name].append(_timed(job_convert, source, path, os.path.join(tmp, "job"), *extra))
-    med = {k: statistics.median(v) for k, v in rates.items()}
-    results["job"] = [
-        {"converter": k, "rows_per_sec": v, "vs_naive": v / med["naive"], "runs": len(rates[k])} for k, v in med.items()
-    ]
+    results["job"], results["startup_s"] = job_rates(args, tmp)
 
-    if args.mp_gb > 0:
+    if args.mp_gb > 0 and "mp" in args.parts:
         bytes_per_row = os.path.getsize(csv_path) / args.rows
         mp_rows = math.ceil(args.mp_gb * 2**30 / bytes_per_row)
         mp_csv = corpus.ensure_csv(args.workdir, mp_rows)
@@ -234,26 +328,33 @@ def main(argv=None) -> int:
         results["multiprocess_csv_mb"] = os.path.getsize(mp_csv) / 2**20
 
     sizes = [int(x) for x in args.rss_rows.split(",")]
-    for n in sizes:
-        corpus.ensure_csv(args.workdir, n)
-    results["rss"] = [
-        _measure.run_child("benchmarks.conversion", "--rss_child", n, "--workdir", args.workdir) for n in sizes
-    ]
+    if "rss" in args.parts:
+        for n in sizes:
+            corpus.ensure_csv(args.workdir, n)
+        results["rss"] = [
+            _measure.run_child("benchmarks.conversion", "--rss_child", n, "--workdir", args.workdir) for n in sizes
+        ]
 
-    print("\nEncoder alone: Arrow record batches -> serialized tf.train.Example\n")
-    print(_measure.table(results["encoder"], list(results["encoder"][0])))
-    print(f"\nConversion of a {args.rows}-row, 21-column corpus (median of {args.runs} runs)\n")
-    print(_measure.table(results["job"], ["converter", "rows_per_sec", "vs_naive", "runs"]))
+    if "encoder" in results:
+        print("\nEncoder alone: Arrow record batches -> serialized tf.train.Example\n")
+        print(_measure.table(results["encoder"], list(results["encoder"][0])))
+    print(
+        f"\nConversion of a {args.rows}-row, 21-column corpus (median of {args.runs} runs after a warm-up; naive on "
+        f"its first {min(args.naive_rows, args.rows)} rows; start-up: a 1-row job, median {results['startup_s']:.3f} s,"
+        " taken off in the _less_startup columns)\n"
+    )
+    print(_measure.table(results["job"], _JOB_COLUMNS))
     if "multiprocess" in results:
         print(
             f"\nOne {results['multiprocess_csv_mb']:.0f} MB CSV on the multi-process DirectRunner "
             f"(median of {args.mp_runs} runs)\n"
         )
         print(_measure.table(results["multiprocess"], ["workers", "rows_per_sec", "speedup", "runs"]))
-    print("\nPeak RSS of the conversion job (CSV, DirectRunner, own process)\n")
-    print(_measure.table(results["rss"], ["rows", "peak_rss_mb"]))
-    ratio = results["rss"][-1]["peak_rss_mb"] / results["rss"][0]["peak_rss_mb"]
-    print(f"\nRSS ratio {sizes[-1]} vs {sizes[0]} rows: {ratio:.2f}")
+    if "rss" in results:
+        print("\nPeak RSS of the conversion job (CSV, DirectRunner, own process)\n")
+        print(_measure.table(results["rss"], ["rows", "peak_rss_mb"]))
+        ratio = results["rss"][-1]["peak_rss_mb"] / results["rss"][0]["peak_rss_mb"]
+        print(f"\nRSS ratio {sizes[-1]} vs {sizes[0]} rows: {ratio:.2f}")
     _measure.write_json(args.out, "conversion.json", results)
     return 0
 

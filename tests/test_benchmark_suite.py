@@ -68,13 +68,17 @@ def test_quick_conversion_benchmark_reports_every_comparison(tmp_path):
         "protobuf object per row (first batch)",
     ]
     assert all(r["bytes_per_row"] > 300 for r in results["encoder"])  # the same records, whichever encoder
-    assert [r["converter"] for r in results["job"]] == [
-        "naive",
-        "job_csv",
-        "job_parquet",
-        "job_csv --layout rows",
-        "job_parquet --layout rows",
+    assert [(r["converter"], r["text"]) for r in results["job"]] == [
+        ("naive", "low"),
+        ("job_csv", "low"),
+        ("job_parquet", "low"),
+        ("job_csv --layout rows", "low"),
+        ("job_parquet --layout rows", "low"),
+        ("naive", "high"),
+        ("job_csv", "high"),
+        ("job_parquet", "high"),
     ]
+    assert 0 < results["startup_s"] < min(r["seconds"] for r in results["job"] if r["converter"] != "naive")
     assert [r["workers"] for r in results["multiprocess"]] == [1, 2]
     assert [r["rows"] for r in results["rss"]] == [20000, 100000]
 

@@ -115,7 +115,9 @@ class Source:
         """Whether column types are inferred from a first pass over the data."""
         return False
 
-    def count_types(self, item: WorkItem) -> Iterator[dict]:
+    def count_types(self, item: WorkItem, *, keep=None) -> Iterator[dict]:
+        """The first pass's type counts of one work item, a dict per chunk; `keep`, when
+        given, is called with each Chunk parsed on the way, which `read` may be given back."""
         raise NotImplementedError
 
     def merge_type_counts(self, many) -> dict:
@@ -126,8 +128,9 @@ class Source:
         """{column: (dtype, shape)} for every column, given the merged type counts."""
         raise NotImplementedError
 
-    def read(self, item: WorkItem) -> tuple:
-        """(name of the input for bad rows, iterator of Chunks) for one work item."""
+    def read(self, item: WorkItem, *, kept: list | None = None) -> tuple:
+        """(name of the input for bad rows, iterator of Chunks) for one work item; `kept`:
+        the Chunks `count_types` gave to `keep` for it, to use instead of reading it again."""
         raise NotImplementedError
 
     def type_chunk(self, path: str, chunk: Chunk, types: dict) -> tuple:

@@ -158,9 +158,11 @@ class CsvSource(Source):
         _, path, byte_range = item
         return readers.iter_csv_chunks(path, list(self.header), self.csv, list(self.columns), byte_range)
 
-    def count_types(self, item: WorkItem) -> Iterator[dict]:
+    def count_types(self, item: WorkItem, *, keep=None) -> Iterator[dict]:
         for chunk in prefetched(self._chunks(item)):
-            counts = column_types.count_types(chunk.batch)
+            counts = column_types.count_types(chunk.batch, casts=chunk.casts if keep is not None else None)
+            if keep is not None:
+                keep(chunk)
             yield {k: dataclasses.asdict(v) for k, v in counts.items()}
 
     def merge_type_counts(self, many) -> dict:
@@ -172,8 +174,8 @@ class CsvSource(Source):
         types = column_types.decide_types(counts, self.columns, tolerance=tolerance, given=dict(self.given_types))
         return {name: (types[name], ()) for name in self.columns}
 
-    def read(self, item: WorkItem) -> tuple:
-        return item[1], self._chunks(item)
+    def read(self, item: WorkItem, *, kept: list | None = None) -> tuple:
+        return item[1], iter(kept) if kept is not None else self._chunks(item)
 
     def type_chunk(self, path: str, chunk, types: dict) -> tuple:
         batch, rows = chunk.batch, chunk.rows
@@ -182,7 +184,9 @@ class CsvSource(Source):
         for name in self.columns:
             dtype, _ = types[name]
             raw = batch.column(name)
-            arr, bad_cells = column_types.convert_text_column(raw, dtype, exact_integers=self.schema is not None)
+            arr, bad_cells = column_types.convert_text_column(
+                raw, dtype, exact_integers=self.schema is not None, casts=chunk.casts.get(name)
+            )
             for i in np.flatnonzero(bad_cells & ~bad_mask):
                 value = raw[i].as_py().decode("utf-8", "backslashreplace")
                 bad.append(

@@ -108,6 +108,9 @@ class Chunk:
     rows: np.ndarray  # physical row number of each record
     bad: list  # BadRow found while reading this chunk
     counters: dict = dataclasses.field(default_factory=dict)  # summed into the metadata
+    # CSV: what the type count computed that typing reuses ({column: {dtype: ...}},
+    # `column_types.count_types`), when the chunk is kept from the inference pass
+    casts: dict = dataclasses.field(default_factory=dict)
 
 
 class CsvInput:

@@ -95,7 +95,7 @@ class RowsSource(Source):
     def infer(self) -> bool:
         return True
 
-    def count_types(self, item: WorkItem) -> Iterator[dict]:
+    def count_types(self, item: WorkItem, *, keep=None) -> Iterator[dict]:
         payload = item[1]
         kinds: dict = {}
         inexact: dict = {}
