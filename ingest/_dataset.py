@@ -123,9 +123,10 @@ def make_dataset(
             rows), in windows of >= 81,920 rows.
         seed: makes shuffling and image augmentation reproducible.
         start_batch: start each new iterator at this batch of the stream instead of the
-            first: an int, or a scalar integer `tf.Variable` read when the iterator is
-            created (e.g. a Keras model's `optimizer.iterations`, restored by
-            `BackupAndRestore` before fit creates its iterator). It seeks: earlier windows
+            first: an int, or a scalar integer `tf.Variable` read when the iterator makes
+            its first batch (so it must hold still until then: not a counter the step
+            taking that batch adds to, like a Keras `optimizer.iterations`; in `fit`,
+            `ingest.FitStart`'s `step`). It seeks: earlier windows
             are not read. Needs a `seed` (the order must be the one the stream started
             in) and the blocks layout's seekable order. With finite `num_epochs` the
             stream ends where it would have (an int start leaves the remaining batches as

@@ -42,8 +42,9 @@ def distribute(
     Other keyword arguments go to `make_dataset`.
 
     `start_step` resumes: each new iterator starts at that global step of the stream, an
-    int or a scalar integer variable read when the iterator is created (the optimizer's
-    `iterations`, restored from a checkpoint). tf.distribute's iterators cannot be
+    int or a scalar integer variable read when the iterator makes its first batch (a step
+    counter restored from a checkpoint, which the step taking that batch must not add
+    to before it is read). tf.distribute's iterators cannot be
     checkpointed themselves (tensorflow/tensorflow#56372); each input pipeline seeks to
     `start_step` times the batches it gives per step (its replicas), so the restored run
     reads exactly the batches the interrupted one would have read next. Needs a `seed`

@@ -526,7 +526,8 @@ class ScaledStart:
 
 
 def read_start(start) -> tf.Tensor:
-    """start_batch as an int64 scalar; a variable is read now (call it when an iterator is made).
+    """start_batch as an int64 scalar; a variable is read now (the iterator calls it as it
+    makes its first batch, not when `iter()` makes the iterator).
 
     A variable's value is checked then: a negative one would seek before the stream.
     """

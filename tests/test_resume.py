@@ -214,23 +214,24 @@ def test_without_shuffle_the_order_is_the_shards_in_turn(dataset):
 
 def _killed_and_resumed(script: str, args, tmp_path) -> None:
     """Runs `script` whole, then killed after step 25 and run again: both must end with the
-    same weights. `args(directory, die_after, out)` gives its arguments."""
+    same weights. `args(directory, die_after, out, name)` gives its arguments; `name` is
+    the run's: whole, killed or resumed."""
     env = {**os.environ, "PYTHONPATH": os.getcwd(), "TF_CPP_MIN_LOG_LEVEL": "2"}
 
-    def run(directory, die_after, out):
+    def run(directory, die_after, out, name):
         return subprocess.run(
-            [sys.executable, script, *args(directory, die_after, out)],
+            [sys.executable, script, *args(directory, die_after, out, name)],
             capture_output=True,
             text=True,
             env=env,
             timeout=300,
         )
 
-    whole = run(tmp_path / "whole", 0, tmp_path / "whole.npy")
+    whole = run(tmp_path / "whole", 0, tmp_path / "whole.npy", "whole")
     assert whole.returncode == 0, whole.stderr[-3000:]
-    killed = run(tmp_path / "killed", 25, tmp_path / "killed.npy")
+    killed = run(tmp_path / "killed", 25, tmp_path / "killed.npy", "killed")
     assert killed.returncode == 3 and not (tmp_path / "killed.npy").exists(), killed.stderr[-3000:]
-    resumed = run(tmp_path / "killed", 0, tmp_path / "killed.npy")
+    resumed = run(tmp_path / "killed", 0, tmp_path / "killed.npy", "resumed")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     np.testing.assert_array_equal(np.load(tmp_path / "killed.npy"), np.load(tmp_path / "whole.npy"))
 
@@ -241,7 +242,9 @@ def test_training_killed_mid_epoch_resumes_to_the_same_weights(dataset, tmp_path
     uninterrupted run ends: the same batches were trained on, in the same order."""
     steps = EPOCH + 30  # crosses an epoch
     _killed_and_resumed(
-        "tests/train_resume_child.py", lambda d, die, out: [dataset, str(d), str(steps), str(die), str(out)], tmp_path
+        "tests/train_resume_child.py",
+        lambda d, die, out, _: [dataset, str(d), str(steps), str(die), str(out)],
+        tmp_path,
     )
 
 
@@ -259,6 +262,36 @@ def test_start_batch_from_a_variable_is_read_when_the_iterator_is_created(datase
     ds = ingest.make_dataset(dataset, start_batch=position, **kwargs)
     position.assign(30)  # after the dataset was built, before its iterator
     assert _uninterrupted(ds, 10) == whole[30:]
+
+
+def test_start_batch_from_a_variable_is_read_when_the_iterator_makes_its_first_batch(dataset):
+    # Not when iter() makes it: a counter that the step taking the first batch adds to
+    # (a Keras optimizer's iterations) would be read before or after its increment.
+    kwargs = dict(batch_size=BATCH, num_epochs=None, seed=11)
+    whole = _uninterrupted(ingest.make_dataset(dataset, **kwargs), 40)
+    position = tf.Variable(0, dtype=tf.int64)
+    it = iter(ingest.make_dataset(dataset, start_batch=position, **kwargs))
+    position.assign(30)
+    assert [_ids(next(it)) for _ in range(10)] == whole[30:]
+
+
+def test_fit_start_holds_the_step_fit_started_at_while_fit_runs(dataset):
+    import keras
+
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+    model.optimizer.build(model.trainable_variables)
+    model.optimizer.iterations.assign(7)  # as BackupAndRestore leaves it, before fit's first epoch
+    start, held = ingest.FitStart(), []
+
+    class Held(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            held.append(int(start.step))
+
+    ds = ingest.make_dataset(dataset, batch_size=BATCH, num_epochs=None, features=["x"], label="y", seed=11)
+    ds = ds.map(lambda f, y: (tf.reshape(f["x"], [-1, 1]), tf.cast(y, tf.float32)))
+    model.fit(ds, epochs=2, steps_per_epoch=3, callbacks=[Held(), start], verbose=0)
+    assert held == [7, 7, 7, 10, 10, 10] and int(model.optimizer.iterations) == 13
 
 
 @pytest.mark.slow
@@ -337,14 +370,31 @@ def test_start_batch_is_refused_where_it_cannot_seek(dataset):
         ingest.make_dataset(dataset, batch_size=BATCH, seed=1, start_batch=-1)
 
 
+def _batch_lines(path) -> list:
+    """The batches a keras_resume_child run logged, as their first ids: one per line."""
+    with open(path) as f:
+        return [line.strip().strip("[]").split() for line in f if line.strip()]
+
+
 @pytest.mark.slow
 def test_keras_fit_killed_mid_epoch_resumes_to_the_same_weights(dataset, tmp_path):
     """The README's Keras recipe: BackupAndRestore every 10 batches, killed after step 25 of
     an epoch of 16 (so mid-epoch, past a backup at 20), rerun: the weights of an
-    uninterrupted fit. Without `start_batch` the rerun reads the stream from its start."""
+    uninterrupted fit, and every step trained on batch N of the stream (N = its step - 1).
+    Without `start_batch` the rerun reads the stream from its start; with
+    `start_batch=model.optimizer.iterations` the start was read as the first step added 1
+    to it (skipping batch 0, or 20 after the restore, or not, as the threads ran)."""
     _killed_and_resumed(
-        "tests/keras_resume_child.py", lambda d, die, out: [dataset, str(d), "3", "16", str(die), str(out)], tmp_path
+        "tests/keras_resume_child.py",
+        lambda d, die, out, name: [dataset, str(d), "3", "16", str(die), str(out), str(tmp_path / f"{name}.ids")],
+        tmp_path,
     )
+    stream = _batch_lines(tmp_path / "whole.ids.stream")
+    assert len(stream) == 48 and len({tuple(b) for b in stream}) == 48
+    assert _batch_lines(tmp_path / "resumed.ids.stream") == stream  # the same order in every run
+    assert _batch_lines(tmp_path / "whole.ids")[:48] == stream
+    assert _batch_lines(tmp_path / "killed.ids")[:25] == stream[:25]
+    assert _batch_lines(tmp_path / "resumed.ids")[:28] == stream[20:]
 
 
 @pytest.mark.slow
