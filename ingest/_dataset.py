@@ -124,13 +124,12 @@ def make_dataset(
         seed: makes shuffling and image augmentation reproducible.
         start_batch: start each new iterator at this batch of the stream instead of the
             first: an int, or a scalar integer `tf.Variable` read when the iterator makes
-            its first batch (so it must hold still until then: not a counter the step
-            taking that batch adds to, like a Keras `optimizer.iterations`; in `fit`,
-            `ingest.FitStart`'s `step`). It seeks: earlier windows
-            are not read. Needs a `seed` (the order must be the one the stream started
-            in) and the blocks layout's seekable order. With finite `num_epochs` the
-            stream ends where it would have (an int start leaves the remaining batches as
-            the cardinality; a variable's, read later, leaves it unknown).
+            its first batch, so not a counter that the step taking it adds to (in `fit`,
+            `ingest.FitStart().step`, not `optimizer.iterations`). It seeks: earlier
+            windows are not read. Needs a `seed` (the order must be the one the stream
+            started in) and the blocks layout's seekable order. With finite `num_epochs`
+            the stream ends where it would have (an int start leaves the remaining
+            batches as the cardinality; a variable's, read later, leaves it unknown).
         deterministic: deliver elements in a fixed order. None: exactly when a `seed` is
             given (out-of-order delivery is faster).
 
