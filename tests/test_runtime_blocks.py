@@ -527,6 +527,21 @@ def test_checkpoint_restores_blocks_mid_epoch_to_the_next_batch(both, tmp_path, 
     assert rest == full[15 * 50 :] and len(full) == 8000
 
 
+def test_a_seeded_order_is_the_same_under_the_same_tensorflow_global_seed(both):
+    # As tf.data's seeded ops: `seed` and the global seed (tf.random.set_seed,
+    # keras.utils.set_random_seed) together decide the order (docs/runtime.md).
+    def first_ids(global_seed):
+        tf.random.set_seed(global_seed)
+        try:
+            ds = ingest.make_dataset(both[1], batch_size=16, seed=3, num_epochs=1)
+            return next(iter(ds))[0]["id"].numpy().tolist()
+        finally:
+            tf.random.set_seed(None)
+
+    unset, one = first_ids(None), first_ids(1)
+    assert first_ids(None) == unset and first_ids(1) == one and one != unset and first_ids(2) != one
+
+
 def test_windows_read_by_their_parse_calls_give_the_same_batches(both, monkeypatch):
     # seekable.READS_IN_WINDOW_CALLS, which benchmarks/device_probe.py measures on GPU hosts.
     from ingest.blocks import seekable

@@ -312,7 +312,8 @@ class _SeekableOrder:
         # Each new iterator over the dataset is a new pass (as with tf.data's
         # reshuffle_each_iteration: Keras iterates a finite dataset anew every epoch), whose
         # number is drawn once per iterator from a random dataset seeded by the seed, so the
-        # passes of a seed are the same in every run. (A variable's assign_add, the counter
+        # passes of a seed are the same in every run with the same TensorFlow global seed
+        # (tf.data combines it with an op's). (A variable's assign_add, the counter
         # this replaces, is an op tf.data warns of three times per iterator.) The scan's
         # state keeps the pass, the seed and the fingerprint: a checkpoint restores them
         # (tf.data restores a flat_map's inner iterator by replaying its position, not its
