@@ -53,9 +53,8 @@ def _pipelines(kind: str, paths: dict, batch_size: int) -> dict:
     if kind in ("scaling", "steady"):
         epochs = {} if kind == "scaling" else {"num_epochs": None}
         made = {name: make(name, **epochs) for name in ("none", "high", "low")}
-        rows = ingest.load_info(paths["none"]).split("train").records
-        windows = None if kind == "steady" else -(-rows // (-(-81_920 // b) * b))
-        return made | {"tf.data ceiling": lambda: ceiling(b, windows, len(_affinity()))}
+        rows = None if kind == "steady" else ingest.load_info(paths["none"]).split("train").records
+        return made | {"tf.data ceiling": lambda: ceiling(b, rows, len(_affinity()))}
     if kind == "raw":
         files = pipelines.shard_files(paths["none"])
         rows_per_record = ingest.load_info(paths["none"]).block_rows
@@ -76,18 +75,20 @@ def _pipelines(kind: str, paths: dict, batch_size: int) -> dict:
     }
 
 
-def ceiling(batch_size: int, windows: int | None, cores: int):
-    """make_dataset's shape, none of its work: `windows` windows (None: endless) of 81,920
-    rows (rounded up to whole batches) and the numeric corpus' 16 columns, each made by
-    `cores` parallel calls (random values, permuted: CPU work per row like a parse's),
-    then cut into batches by a flat_map and prefetched.
+def ceiling(batch_size: int, rows: int | None, cores: int):
+    """make_dataset's shape, none of its work: windows of its size (81,920 rows rounded up
+    to whole batches), enough for `rows` rows (None: endless), of the numeric corpus' 16
+    columns, each made by `cores` parallel calls (random values, permuted: CPU work per
+    row like a parse's), then cut into batches by a flat_map and prefetched.
 
     Its rate on 2 cores over 1 is what tf.data's threads give this machine for a pipeline
     of windows whose work is all parallel: the ceiling of make_dataset's ratio here.
     """
     import tensorflow as tf
 
-    window = -(-81_920 // batch_size) * batch_size
+    from ingest import _tuning
+
+    window = -(-_tuning.SEEKABLE_WINDOW_ROWS // batch_size) * batch_size
     columns = [(tf.float32, name) for name in corpus.FLOAT_COLS] + [(tf.int64, name) for name in corpus.INT_COLS]
 
     def made(w):
@@ -100,7 +101,7 @@ def ceiling(batch_size: int, windows: int | None, cores: int):
             out[name] = tf.reshape(tf.gather(values, order), [-1, batch_size])
         return out, tf.reshape(tf.gather(tf.cast(order, tf.int64), order), [-1, batch_size])
 
-    ds = tf.data.Dataset.range(windows) if windows is not None else tf.data.Dataset.counter()
+    ds = tf.data.Dataset.range(-(-rows // window)) if rows is not None else tf.data.Dataset.counter()
     ds = ds.map(made, num_parallel_calls=cores, deterministic=True)
     return ds.flat_map(lambda *x: tf.data.Dataset.from_tensor_slices(x)).prefetch(tf.data.AUTOTUNE)
 

@@ -135,8 +135,8 @@ def test_scaling_ceiling_has_make_datasets_shape_and_rows():
     # batches of the numeric corpus' columns, every window's rows once.
     from benchmarks import corpus, scaling
 
-    batches = list(scaling.ceiling(4096, 3, cores=2))
     window = 81_920  # 20 batches of 4096
+    batches = list(scaling.ceiling(4096, 3 * window - 100, cores=2))  # three windows
     assert len(batches) == 3 * window // 4096
     features, label = batches[0]
     assert sorted(features) == sorted(corpus.FLOAT_COLS + corpus.INT_COLS)
