@@ -38,6 +38,9 @@ __all__ = [
     "spans",
     "compare",
     "DriftReport",
+    "loader",
+    "Loader",
+    "WorkerError",
 ]
 
 _LAZY = {
@@ -64,6 +67,10 @@ _LAZY = {
     "spans": "ingest._spans",
     "compare": "ingest._compare",
     "DriftReport": "ingest._compare",
+    # Without TensorFlow in this process: the worker processes import it.
+    "loader": "ingest.stream",
+    "Loader": "ingest.stream",
+    "WorkerError": "ingest.stream",
 }
 
 # Old names that still resolve, with a DeprecationWarning on each use: old name -> new name.

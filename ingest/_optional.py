@@ -6,7 +6,7 @@ command instead of a bare ModuleNotFoundError (as TensorFlow Datasets does for i
 
 from __future__ import annotations
 
-__all__ = ["TF_INSTALL", "is_missing", "missing_tensorflow", "tensorflow"]
+__all__ = ["TF_INSTALL", "is_missing", "jax", "missing_tensorflow", "tensorflow", "torch"]
 
 TF_INSTALL = "pip install 'ingest[tf]'"
 
@@ -30,3 +30,26 @@ def tensorflow(what: str):
             raise
         raise missing_tensorflow(what) from e
     return tf
+
+
+def _extra(module: str, what: str, extra: str):
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if not is_missing(e, module):
+            raise
+        raise ImportError(
+            f"{what} needs {module}, which is not installed. Install it with: pip install 'ingest[{extra}]'"
+        ) from e
+
+
+def torch():
+    """The `torch` module, or an ImportError with the install command (ingest.loader(to='torch'))."""
+    return _extra("torch", "ingest.loader(to='torch')", "torch")
+
+
+def jax():
+    """The `jax` module, or an ImportError with the install command (ingest.loader(to='jax'))."""
+    return _extra("jax", "ingest.loader(to='jax')", "jax")

@@ -60,6 +60,12 @@ class Request:
     text_codes: bool | None = None
     # The text features yielded as int64 ids of their vocabulary (`text="ids"`), not strings.
     text_ids: frozenset = frozenset()
+    # Set by ingest.stream for its worker processes, never by make_dataset's caller:
+    # (k, K) reads only the windows w of the seekable order with w % K == k, and a scalar
+    # int64 tf.Variable holds the pass the stream's consumer chose (read per iterator, as
+    # start_batch is), so K processes built once deliver the windows of one order.
+    window_slice: tuple = (0, 1)
+    stream_pass: Any = None
 
     @property
     def checks_counts(self) -> bool:

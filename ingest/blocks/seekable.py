@@ -44,7 +44,7 @@ from ingest.blocks.parse import check_blocks, check_rows, located_in, parse_bloc
 if TYPE_CHECKING:
     from ingest._request import Request
 
-__all__ = ["seekable", "seekable_block_batches", "window_rows"]
+__all__ = ["seekable", "seekable_block_batches", "seekable_windows", "window_rows"]
 
 logger = logging.getLogger(__name__)
 
@@ -273,6 +273,12 @@ def seekable_block_batches(req: Request, index: BlockIndex) -> tf.data.Dataset:
     return _SeekableOrder(req, index).batches()
 
 
+def seekable_windows(req: Request, index: BlockIndex) -> tuple:
+    """(dataset of (w, window rows), rows a window holds): the order's windows before batching."""
+    order = _SeekableOrder(req, index)
+    return order.parsed_windows(), order.window
+
+
 class _SeekableOrder:
     """The seekable order's stages, each a function of the pipeline's fixed facts (set here):
 
@@ -334,6 +340,24 @@ class _SeekableOrder:
             ds = ds.map(self.rows_of_window, num_parallel_calls=parallel, deterministic=True)
         return ds.flat_map(self.window_batches)
 
+    def parsed_windows(self) -> tf.data.Dataset:
+        """(w, rows of window w): the order's windows whole, rows permuted, before any batch is cut.
+
+        What a worker process of ingest.stream hands over: one element per window (the
+        head elements come as windows numbered -1, with no rows).
+        """
+        ds = self.starts().flat_map(self.windows_of_pass)
+        if self.stream is None:
+            ds = ds.repeat()
+        state = (tf.constant(self.seed, tf.int64), tf.constant(self.fingerprint, tf.int64), tf.constant(-1, tf.int64))
+        ds = ds.scan(state, _keep).map(self.plan)
+        parallel = _tuning.window_calls(usable_cpus(), requested=self.req.options.num_parallel_calls)
+        return ds.flat_map(self.read).map(self.numbered_rows, num_parallel_calls=parallel, deterministic=True)
+
+    def numbered_rows(self, seed, key, w, *rest):
+        element, _ = self.rows_of_window(seed, key, w, *rest)
+        return w, element
+
     def starts(self):
         """-> (pass, first batch), after _HEADS head elements (first -1) that read the first batch.
 
@@ -345,7 +369,13 @@ class _SeekableOrder:
         by the first real window, every flat_map's saved input is past the read.
         """
         # A pass number of 30 bits: _key keeps it apart from the epoch or window index.
-        passes = tf.data.Dataset.random(seed=self.seed % 2**31, rerandomize_each_iteration=True).take(self.heads + 1)
+        if self.req.stream_pass is not None:
+            # A worker of ingest.stream: the consumer drew the pass (as below, in the same
+            # order of iterators) and every worker reads it from its variable per iterator.
+            passes = tf.data.Dataset.range(self.heads + 1)
+        else:
+            passes = tf.data.Dataset.random(seed=self.seed % 2**31, rerandomize_each_iteration=True)
+            passes = passes.take(self.heads + 1)
         # A variable may live on a GPU: the function that reads it is instantiated for all devices.
         with own_functions(isinstance(self.req.start_batch, (int, type(None)))):
             return passes.scan((tf.constant(0, tf.int64), tf.constant(-1, tf.int64)), self.read_first)
@@ -353,6 +383,8 @@ class _SeekableOrder:
     def read_first(self, state, r):
         count, first = state
         first = tf.cond(tf.equal(count, 0), self.first_batch, lambda: first)
+        if self.req.stream_pass is not None:
+            r = tf.cast(self.req.stream_pass.read_value(), tf.int64)
         return (count + 1, first), (r % _PASSES, tf.where(count < self.heads, tf.constant(-1, tf.int64), first))
 
     def first_batch(self):
@@ -368,7 +400,11 @@ class _SeekableOrder:
         head = first < 0
         w0, drop = first * self.batch // self.window, first * self.batch % self.window // self.batch
         minus_one, zero = tf.constant(-1, tf.int64), tf.constant(0, tf.int64)
-        ds = tf.data.Dataset.range(tf.where(head, minus_one, w0), tf.where(head, zero, self.windows))
+        # A worker of ingest.stream reads every K-th window from its own first at or after w0.
+        k, workers = self.req.window_slice
+        mine = w0 + (k - w0) % workers if workers > 1 else w0
+        step = tf.where(head, tf.constant(1, tf.int64), tf.constant(workers, tf.int64))
+        ds = tf.data.Dataset.range(tf.where(head, minus_one, mine), tf.where(head, zero, self.windows), step)
         if self.stream is None:
             ds = ds.repeat(tf.where(head, -minus_one, minus_one))
         return ds.map(lambda w: (this_pass, w, tf.where(tf.logical_and(tf.equal(w, w0), w >= 0), drop, 0)))

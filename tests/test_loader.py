@@ -1,0 +1,271 @@
+"""ingest.loader and its worker processes: the same batches as make_dataset for any number of
+workers, resume by position, ranks, torch and jax outputs, failures and clean-up."""
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import ingest
+from tests.conftest import convert_table
+
+ROWS = 3000
+BATCH = 100
+# Windows of 4 blocks of 64 rows (256 rows, rounded up to 300: whole batches): the 3,000
+# rows make 10 windows an epoch, so every worker gets several.
+OPTIONS = ingest.ReadOptions(block_window=4)
+KW = dict(batch_size=BATCH, seed=7, num_epochs=2, options=OPTIONS)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    rng = np.random.default_rng(5)
+    table = pa.table(
+        {
+            "id": np.arange(ROWS),
+            "x": rng.normal(size=ROWS).astype(np.float32),
+            "word": [f"w{i % 11}" for i in range(ROWS)],
+            "y": rng.integers(0, 3, ROWS),
+        }
+    )
+    root = tmp_path_factory.mktemp("loader")
+    return convert_table(root, table, "--num_shards", "3", "--block_rows", "64", "--label", "y")
+
+
+def _digest(batches) -> list:
+    out = []
+    for features, label in batches:
+        h = hashlib.sha1()
+        for name in sorted(features):
+            v = np.asarray(features[name])
+            h.update(b"|".join(v.ravel()) if v.dtype == object else np.ascontiguousarray(v).tobytes())
+        h.update(np.asarray(label).tobytes())
+        out.append(h.hexdigest())
+    return out
+
+
+def _reference(dataset, passes=1, **kw):
+    ds = ingest.make_dataset(dataset, **{**KW, **kw})
+    return [_digest(ds.as_numpy_iterator()) for _ in range(passes)]
+
+
+def test_workers_deliver_make_datasets_batches_for_any_count(dataset):
+    want = _reference(dataset, passes=2)
+    for processes in (0, 2):
+        with ingest.loader(dataset, processes=processes, **KW) as loader:
+            got = [_digest(loader), _digest(loader)]  # two passes: two orders, as two iterators
+        assert got == want, processes
+    assert want[0] != want[1]
+
+
+@pytest.mark.slow
+def test_one_and_three_workers_deliver_the_same_batches(dataset):
+    want = _reference(dataset)[0]
+    for processes in (1, 3):
+        with ingest.loader(dataset, processes=processes, **KW) as loader:
+            assert _digest(loader) == want, processes
+
+
+def test_every_row_comes_once_per_epoch_as_writable_arrays(dataset):
+    with ingest.loader(dataset, processes=2, **KW) as loader:
+        batches = list(loader)
+        assert len(batches) == len(loader) == 2 * ROWS // BATCH
+    ids = np.concatenate([f["id"] for f, _ in batches])
+    for epoch in ids.reshape(2, ROWS):
+        assert sorted(epoch) == list(range(ROWS))
+    features, label = batches[0]
+    assert features["x"].flags.writeable and label.flags.writeable
+    assert features["x"].dtype == np.float32 and features["word"].dtype == object
+
+
+def test_a_short_last_batch_comes_unless_dropped(dataset):
+    kw = dict(KW, batch_size=128, num_epochs=1)
+    with ingest.loader(dataset, processes=2, **kw) as loader:
+        sizes = [len(y) for _, y in loader]
+    assert sizes == [128] * (ROWS // 128) + [ROWS % 128]
+    assert _digest(ingest.loader(dataset, processes=0, **kw)) == _reference(dataset, **kw)[0]
+    with ingest.loader(dataset, processes=0, drop_remainder=True, **kw) as loader:
+        assert [len(y) for _, y in loader] == [128] * (ROWS // 128)
+
+
+def test_state_dict_resumes_at_the_exact_next_batch(dataset):
+    whole = _reference(dataset, passes=2)
+    with ingest.loader(dataset, processes=2, **KW) as first:
+        list(first)  # pass 0
+        it = iter(first)
+        head = [next(it) for _ in range(13)]
+        state = first.state_dict()
+    assert json.loads(json.dumps(state)) == state and len(json.dumps(state)) < 400
+    assert (state["pass"], state["batch"]) == (1, 13)
+    with ingest.loader(dataset, processes=2, **KW) as second:
+        second.load_state_dict(state)
+        rest = _digest(second)
+        assert _digest(head) + rest == whole[1]
+        assert second.state_dict()["pass"] == 2 and second.state_dict()["batch"] == 0
+
+
+def test_a_state_of_another_stream_is_refused_naming_the_difference(dataset):
+    with ingest.loader(dataset, processes=0, **KW) as loader:
+        state = loader.state_dict()
+    with ingest.loader(dataset, processes=0, **dict(KW, batch_size=50)) as other:
+        with pytest.raises(ValueError, match=r"batch_size: the state has 100, this loader 50"):
+            other.load_state_dict(state)
+    with ingest.loader(dataset, processes=0, **dict(KW, seed=8)) as other:
+        with pytest.raises(ValueError, match=r"seed: the state has 7, this loader 8"):
+            other.load_state_dict(state)
+    with pytest.raises(ValueError, match=r"not an ingest.loader state"):
+        loader.load_state_dict({"pass": 1})
+
+
+def test_ranks_read_disjoint_parts_of_equal_batch_counts(dataset):
+    kw = dict(KW, num_epochs=1)
+    parts, counts = [], []
+    for rank in range(2):
+        with ingest.loader(dataset, processes=0, rank=rank, world_size=2, **kw) as loader:
+            batches = [f["id"] for f, _ in loader]
+            assert len(batches) == len(loader)
+        counts.append(len(batches))
+        parts.append(np.concatenate(batches))
+    assert counts[0] == counts[1]  # a DDP step on every rank, or none
+    assert not set(parts[0]) & set(parts[1])
+    # What the larger part leaves out: less than a batch plus a block (parts differ by < a block).
+    assert 0 <= ROWS - len(parts[0]) - len(parts[1]) < BATCH + 64
+
+
+def test_rank_blocks_cut_consecutive_blocks_at_equal_shares():
+    from ingest.stream._plan import rank_blocks
+
+    assert rank_blocks([64] * 47, 2) == [(0, 23), (23, 47)]
+    parts = rank_blocks([64] * 46 + [56], 3)
+    assert parts[0][0] == 0 and parts[-1][1] == 47 and all(a[1] == b[0] for a, b in zip(parts, parts[1:]))
+    sizes = [b - a for a, b in parts]
+    assert max(sizes) - min(sizes) <= 1
+    assert rank_blocks([10, 10], 4) == [(0, 0), (0, 1), (1, 1), (1, 2)]  # more ranks than blocks: some read none
+
+
+def test_torch_and_jax_batches_hold_the_numpy_values(dataset):
+    torch = pytest.importorskip("torch")
+    jax = pytest.importorskip("jax")
+    kw = dict(KW, num_epochs=1, features=["id", "x"])
+    with ingest.loader(dataset, processes=0, **kw) as loader:
+        want = list(loader)
+    with ingest.loader(dataset, processes=0, to="torch", **kw) as loader:
+        got = list(loader)
+    assert isinstance(got[0][0]["x"], torch.Tensor) and got[0][0]["x"].dtype == torch.float32
+    for (f, y), (tf_, ty) in zip(want, got):
+        np.testing.assert_array_equal(f["x"], tf_["x"].numpy())
+        np.testing.assert_array_equal(y, ty.numpy())
+    with ingest.loader(dataset, processes=0, to="jax", device=jax.devices("cpu")[0], **kw) as loader:
+        got = list(loader)
+    assert isinstance(got[0][0]["id"], jax.Array)
+    np.testing.assert_array_equal(np.asarray(got[-1][1]), want[-1][1])
+    with pytest.raises(ValueError, match=r"text='ids'"):
+        list(ingest.loader(dataset, processes=0, to="torch", **dict(KW, num_epochs=1)))
+
+
+def test_under_torchs_data_loader(dataset):
+    torch = pytest.importorskip("torch")
+    kw = dict(KW, num_epochs=1, features=["id"])
+    with ingest.loader(dataset, processes=0, to="torch", **kw) as loader:
+        assert isinstance(loader, torch.utils.data.IterableDataset)
+        got = [f["id"] for f, _ in torch.utils.data.DataLoader(loader, batch_size=None)]
+    with ingest.loader(dataset, processes=0, **kw) as loader:
+        want = [f["id"] for f, _ in loader]
+    assert [t.numpy().tolist() for t in got] == [w.tolist() for w in want]
+
+
+def test_arguments_are_checked_before_any_worker_starts(dataset):
+    with pytest.raises(ValueError, match=r"to must be one of"):
+        ingest.loader(dataset, batch_size=8, to="tensorflow")
+    with pytest.raises(ValueError, match=r"rank must be in \[0, world_size\)"):
+        ingest.loader(dataset, batch_size=8, rank=2, world_size=2)
+    with pytest.raises(ValueError, match=r"processes must be an int >= 0"):
+        ingest.loader(dataset, batch_size=8, processes=-1)
+
+
+def test_a_workers_build_error_is_raised_in_the_trainer(dataset, tmp_path):
+    with pytest.raises(ValueError, match=r"features \['nope'\] do not exist"):
+        with ingest.loader(dataset, processes=1, batch_size=8, features=["nope"]) as loader:
+            next(iter(loader))
+
+
+def _child(dataset, body: str) -> subprocess.Popen:
+    code = textwrap.dedent(
+        f"""
+        import sys, ingest
+        loader = ingest.loader({dataset!r}, processes=2, batch_size={BATCH}, seed=1, num_epochs=None,
+                               options=ingest.ReadOptions(block_window=4))
+        it = iter(loader)
+        next(it)
+        print(" ".join(str(p.pid) for p in loader._stream.workers.procs), flush=True)
+        """
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", code + textwrap.dedent(body)], stdout=subprocess.PIPE, text=True, cwd=os.getcwd()
+    )
+
+
+def _gone(pids, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not any(os.path.exists(f"/proc/{p}") and _state(p) != "Z" for p in pids):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _state(pid) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+@pytest.mark.slow
+def test_no_worker_outlives_a_killed_or_finished_trainer(dataset):
+    killed = _child(dataset, "import time; time.sleep(600)")
+    pids = [int(p) for p in killed.stdout.readline().split()]
+    assert len(pids) == 2 and all(_state(p) not in ("gone", "Z") for p in pids)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    assert _gone(pids, within=10), "workers outlived a killed trainer"
+    finished = _child(dataset, "pass  # exits with the iterator and loader alive")
+    pids = [int(p) for p in finished.stdout.readline().split()]
+    assert finished.wait(timeout=60) == 0
+    assert _gone(pids, within=10), "workers outlived the trainer's exit"
+
+
+def test_a_killed_worker_is_an_error_naming_it_not_a_hang(dataset):
+    with ingest.loader(dataset, processes=2, batch_size=BATCH, seed=1, num_epochs=None, options=OPTIONS) as loader:
+        it = iter(loader)
+        next(it)
+        victim = loader._stream.workers.procs[1]
+        victim.kill()
+        started = time.monotonic()
+        with pytest.raises(ingest.WorkerError, match=r"ingest worker 1 of 2 \(pid \d+\) was killed by SIGKILL"):
+            for _ in range(10_000):
+                next(it)
+        assert time.monotonic() - started < 30
+    assert _gone([p.pid for p in loader._stream.workers.procs], within=10)
+
+
+def test_the_trainer_does_not_import_tensorflow_with_worker_processes(dataset):
+    code = textwrap.dedent(
+        f"""
+        import sys, ingest
+        with ingest.loader({dataset!r}, processes=1, batch_size=500, seed=1) as loader:
+            n = sum(len(y) for _, y in loader)
+        print(n, "tensorflow" in sys.modules)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=os.getcwd())
+    assert out.stdout.split() == [str(ROWS), "False"]
