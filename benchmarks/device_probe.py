@@ -7,8 +7,17 @@ variant warmed up, then timed in rounds round robin; medians. Copy this file int
     probe.py tab DATASET...   make_dataset at batch 4096: the defaults, parse windows at once,
                               and each window's blocks read by its parse call
     probe.py img DATASET...   images/s at 224x224 training crops, batch 256
+    probe.py proc DATASET...  ingest.loader with 1, 2 and 4 worker processes (numpy) against
+                              make_dataset in-graph, batch 4096 and 256 (#45, #46)
+    probe.py feed DATASET...  a small MLP's CUDA-graphed train step (bf16, AdamW; widths 256
+                              and 1024) fed by ingest.loader(to="torch", device="cuda"), against
+                              the same step on a GPU-resident batch (the floor): real idle
 
-It imports only TensorFlow and ingest (the GPU machine has no benchmarks package).
+All in one call, e.g. (PYTHONPATH=/tmp/site TF_CPP_MIN_LOG_LEVEL=2):
+    for c in 0-1 0-3 0-7 0-15; do taskset -c $c python3 .dev/kit/device_probe.py proc .dev/data; done;
+    python3 .dev/kit/device_probe.py feed .dev/data
+
+It imports only TensorFlow, ingest and (feed) PyTorch: the GPU machine has no benchmarks package.
 """
 
 import json
@@ -75,8 +84,130 @@ def reading_in_calls(path: str):
     return make
 
 
+def loader_rate(path: str, batch_size: int, processes: int, rows: int, text: str = "strings") -> float:
+    """Rows/s a Python loop takes from ingest.loader (numpy), after a warm-up of `rows` // 4."""
+    with ingest.loader(path, batch_size=batch_size, seed=3, num_epochs=None, processes=processes, text=text) as loader:
+        it = iter(loader)
+        seen = 0
+        while seen < rows // 4:
+            seen += len(next(it)[1])
+        start, seen = time.perf_counter(), 0
+        while seen < rows:
+            seen += len(next(it)[1])
+        return seen / (time.perf_counter() - start)
+
+
+def processes(path: str, batches: int | None) -> list:
+    """make_dataset in-graph against ingest.loader with K workers, on this process's cores."""
+    cores = len(os.sched_getaffinity(0))
+    out = []
+    for b in (4096, 256):
+        k = batches or (600 if b == 4096 else 2000)
+        made = lambda b=b: ingest.make_dataset(path, batch_size=b, seed=3, num_epochs=None)  # noqa: E731
+        rates = {"make_dataset in-graph": measure({"m": made}, k=k)["m"]}
+        for workers in (1, 2, 4):
+            if workers <= max(1, cores // 2):
+                rates[f"loader, {workers} worker(s)"] = round(loader_rate(path, b, workers, rows=k * b))
+        out.append({"mode": "proc", "cores": cores, "dataset": path, "batch": b, "rows_per_s": rates})
+    return out
+
+
+def feed(path: str, batch_size: int, width: int, workers: int, steps: int | None = None) -> dict:
+    """Real idle of a CUDA-graphed MLP step fed by ingest.loader(to="torch", device="cuda")."""
+    import torch
+
+    dev = torch.device("cuda")
+    info = ingest.load_info(path)
+    names = [f.name for f in info.features if f.is_scalar and f.dtype != "bytes" and f.name != info.label]
+    model = torch.nn.Sequential(
+        torch.nn.Linear(len(names), width),
+        torch.nn.ReLU(),
+        torch.nn.Linear(width, width),
+        torch.nn.ReLU(),
+        torch.nn.Linear(width, 1),
+    ).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=True)
+    sx, sy = torch.zeros(batch_size, len(names), device=dev), torch.zeros(batch_size, device=dev)
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = torch.nn.functional.mse_loss(model(sx).squeeze(-1), sy)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+
+    def timed(n, one):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(n):
+            one()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - start) / n
+
+    floor = timed(200, graph.replay)
+    n = steps or max(200, int(2.0 / floor))
+    floor = timed(n, graph.replay)
+    with ingest.loader(
+        path,
+        batch_size=batch_size,
+        seed=1,
+        num_epochs=None,
+        features=names,
+        label=info.label,
+        to="torch",
+        device=dev,
+        processes=workers,
+        drop_remainder=True,
+    ) as loader:
+        it = iter(loader)
+
+        def one():
+            x, y = next(it)
+            torch.stack([x[k].float() for k in names], dim=1, out=sx)
+            sy.copy_(y.float())
+            graph.replay()
+
+        timed(50, one)
+        fed = timed(n, one)
+    return {
+        "mode": "feed",
+        "device": torch.cuda.get_device_name(0),
+        "cores": len(os.sched_getaffinity(0)),
+        "batch": batch_size,
+        "width": width,
+        "workers": workers,
+        "floor_ms": floor * 1e3,
+        "fed_ms": fed * 1e3,
+        "idle": max(0.0, 1 - floor / fed),
+        "rows_per_s_fed": batch_size / fed,
+        "rows_per_s_needed": batch_size / floor,
+    }
+
+
 def main(mode: str, paths: list, batches: int | None = None) -> None:
     cores = len(os.sched_getaffinity(0))
+    if mode == "proc":
+        for path in paths:
+            for line in processes(path, batches):
+                print(json.dumps(line), flush=True)
+        return
+    if mode == "feed":
+        for path in paths:
+            for b in (4096, 256):
+                for width in (256, 1024):
+                    for workers in (1, 2, 4):
+                        print(json.dumps(feed(path, b, width, workers)), flush=True)
+        return
     if mode == "tab":
         for path in paths:
             variants = {"default": tabular(path), "reads in the window calls": reading_in_calls(path)}

@@ -41,6 +41,8 @@ __all__ = [
     "loader",
     "Loader",
     "WorkerError",
+    "preprocessing",
+    "Preprocessing",
 ]
 
 _LAZY = {
@@ -71,6 +73,8 @@ _LAZY = {
     "loader": "ingest.stream",
     "Loader": "ingest.stream",
     "WorkerError": "ingest.stream",
+    "preprocessing": "ingest._preprocessing",
+    "Preprocessing": "ingest._preprocessing",
 }
 
 # Old names that still resolve, with a DeprecationWarning on each use: old name -> new name.

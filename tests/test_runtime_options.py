@@ -295,3 +295,16 @@ def test_the_device_probe_reports_each_variant_and_dataset(tabular, images, caps
     assert tab["dataset"] == tabular and all(r > 0 for r in tab["rows_per_s"].values())
     assert {"default", "4 windows at once", "reads in the window calls"} <= set(tab["rows_per_s"])
     assert list(img["images_per_s"]) == [images] and img["images_per_s"][images] > 0
+
+
+@pytest.mark.slow
+def test_the_device_probes_process_mode_reports_the_loader_beside_make_dataset(tabular, capsys):
+    import json
+
+    from benchmarks import device_probe
+
+    device_probe.main("proc", [tabular], batches=3)
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["batch"] for line in lines] == [4096, 256]
+    assert all(r > 0 for line in lines for r in line["rows_per_s"].values())
+    assert {"make_dataset in-graph", "loader, 1 worker(s)"} <= set(lines[0]["rows_per_s"])

@@ -350,8 +350,8 @@ class _SeekableOrder:
         if self.stream is None:
             ds = ds.repeat()
         state = (tf.constant(self.seed, tf.int64), tf.constant(self.fingerprint, tf.int64), tf.constant(-1, tf.int64))
-        ds = ds.scan(state, _keep).map(self.plan)
         parallel = _tuning.window_calls(usable_cpus(), requested=self.req.options.num_parallel_calls)
+        ds = ds.scan(state, _keep).map(self.plan, num_parallel_calls=parallel, deterministic=True)
         return ds.flat_map(self.read).map(self.numbered_rows, num_parallel_calls=parallel, deterministic=True)
 
     def numbered_rows(self, seed, key, w, *rest):
@@ -400,11 +400,13 @@ class _SeekableOrder:
         head = first < 0
         w0, drop = first * self.batch // self.window, first * self.batch % self.window // self.batch
         minus_one, zero = tf.constant(-1, tf.int64), tf.constant(0, tf.int64)
-        # A worker of ingest.stream reads every K-th window from its own first at or after w0.
         k, workers = self.req.window_slice
-        mine = w0 + (k - w0) % workers if workers > 1 else w0
-        step = tf.where(head, tf.constant(1, tf.int64), tf.constant(workers, tf.int64))
-        ds = tf.data.Dataset.range(tf.where(head, minus_one, mine), tf.where(head, zero, self.windows), step)
+        if workers == 1:
+            ds = tf.data.Dataset.range(tf.where(head, minus_one, w0), tf.where(head, zero, self.windows))
+        else:  # a worker of ingest.stream: every K-th window, from its own first at or after w0
+            mine = w0 + (k - w0) % workers
+            step = tf.where(head, tf.constant(1, tf.int64), tf.constant(workers, tf.int64))
+            ds = tf.data.Dataset.range(tf.where(head, minus_one, mine), tf.where(head, zero, self.windows), step)
         if self.stream is None:
             ds = ds.repeat(tf.where(head, -minus_one, minus_one))
         return ds.map(lambda w: (this_pass, w, tf.where(tf.logical_and(tf.equal(w, w0), w >= 0), drop, 0)))

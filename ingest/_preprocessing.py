@@ -1,0 +1,131 @@
+"""Preprocessing from the recorded statistics without Keras: for PyTorch, JAX and numpy models.
+
+    pre = ingest.preprocessing("out/ds")            # metadata only: no TensorFlow, no pass
+    x = pre.matrix(features)                        # numbers standardized, stacked [batch, n]
+    nn.Embedding(pre.vocabulary_sizes["city"], 16)  # text as ids (loader(text="ids"))
+
+The numbers are `feature_space`'s: each number's mean and standard deviation as the
+batches hold it (a missing value is the feature's default, counted as `adapt()` would
+count it), a text feature's vocabulary as the conversion recorded it (id 0 out of
+vocabulary), the label's classes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ingest import _info
+
+__all__ = ["Preprocessing", "preprocessing"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Preprocessing:
+    """What a model's input layer needs, from the statistics; call it on a batch's features.
+
+    Attributes:
+        numbers: {feature: (mean, std)} for the number features standardized.
+        vocabulary_sizes: {feature: ids} for text read as ids (`text="ids"`): an
+            embedding's rows (the vocabulary and id 0, out of vocabulary).
+        classes: the label's classes (its ids index them), or ().
+        missing: {feature: rows} of the features some rows lacked in the statistics'
+            split; those rows hold the feature's default (0, "") in the batches.
+        left_out: {feature: why} for the features neither standardized nor counted as ids.
+    """
+
+    numbers: dict
+    vocabulary_sizes: dict
+    classes: tuple
+    missing: dict
+    left_out: dict
+
+    def __call__(self, features: dict) -> dict:
+        """Each number feature standardized ((x - mean) / std, std 0 taken as 1); the others as they are.
+
+        Works on numpy arrays, torch tensors and JAX arrays alike (plain arithmetic)."""
+        out = dict(features)
+        for name, (mean, std) in self.numbers.items():
+            if name in out:
+                out[name] = (out[name] * 1.0 - mean) / (std or 1.0)
+        return out
+
+    def matrix(self, features: dict):
+        """The standardized numbers as one [batch, len(numbers)] float matrix, in `numbers`' order."""
+        done = self(features)
+        columns = [done[name] for name in self.numbers]
+        first = columns[0]
+        if type(first).__module__.startswith("torch"):
+            import torch
+
+            return torch.stack([c.float() for c in columns], dim=1)
+        if type(first).__module__.startswith("jax"):
+            import jax.numpy as jnp
+
+            return jnp.stack(columns, axis=1).astype(jnp.float32)
+        import numpy as np
+
+        return np.stack(columns, axis=1).astype(np.float32)
+
+    @property
+    def summary(self) -> str:
+        """A table: each feature, what it becomes, and the numbers it uses."""
+        from ingest._describe import _table
+
+        rows = [
+            {"feature": n, "becomes": "standardized", "numbers": f"mean {m:.6g}, std {s:.6g}"}
+            for n, (m, s) in self.numbers.items()
+        ]
+        rows += [
+            {"feature": n, "becomes": "ids", "numbers": f"{k:,} ids (0: out of vocabulary)"}
+            for n, k in self.vocabulary_sizes.items()
+        ]
+        rows += [{"feature": n, "becomes": "left out", "numbers": why} for n, why in self.left_out.items()]
+        for row in rows:
+            if row["feature"] in self.missing:
+                row["numbers"] += f"; {self.missing[row['feature']]:,} rows missing (the default in their place)"
+        return _table(rows, ["feature", "becomes", "numbers"])
+
+
+def preprocessing(path, *, split: str | None = "train", features=None) -> Preprocessing:
+    """Preprocessing from the statistics `path`'s conversion recorded: numbers standardized,
+    text features' vocabulary sizes (for embeddings of `text="ids"`), the label's classes.
+
+    Args:
+        path: a converted dataset, or several (spans), as `load_info` takes it.
+        split: whose statistics (the training split: evaluation data must not leak into
+            preprocessing); None for all splits together.
+        features: the names to cover (as `make_dataset`'s `features=`); None: every scalar
+            feature but the label.
+    """
+    from ingest._feature_space import _with_fill
+
+    info = _info.load_info(path)
+    if info.statistics is None:
+        raise ValueError(f"{path} has no statistics: reconvert it without --no_statistics")
+    if split is not None and split not in info.statistics.splits:
+        raise ValueError(f"{path} has no statistics for split {split!r}; splits: {sorted(info.statistics.splits)}")
+    stats = info.statistics.of(split)
+    names = [f.name for f in info.features]
+    wanted = names if features is None else list(features)
+    unknown = [n for n in wanted if n not in names]
+    if unknown:
+        raise ValueError(f"features {unknown} do not exist in {path}; features: {names}")
+    numbers, sizes, missing, left = {}, {}, {}, {}
+    for name in wanted:
+        spec, s = info.feature(name), stats.get(name)
+        if name == info.label:
+            continue
+        if s is not None and s.missing:
+            missing[name] = int(s.missing)
+        if not spec.is_scalar:
+            left[name] = "a list: give it to the model as it comes"
+        elif spec.dtype == "bytes" and spec.text and name in info.vocabularies:
+            sizes[name] = len(info.vocabulary(name)) + 1
+        elif spec.dtype == "bytes":
+            left[name] = "text without a recorded vocabulary (or bytes): no ids"
+        elif s is None or s.mean is None:
+            left[name] = "no finite values to standardize"
+        else:
+            filled = _with_fill(s, spec)
+            numbers[name] = (float(filled.mean), float(filled.std))
+    return Preprocessing(numbers, sizes, tuple(info.labels or ()), missing, left)
