@@ -406,7 +406,10 @@ def _tf_options(req: Request, *, symbolic_checkpoint: bool = False) -> tf.data.O
         o.threading.private_threadpool_size = opts.private_threadpool_size
     if opts.max_intra_op_parallelism is not None:
         o.threading.max_intra_op_parallelism = opts.max_intra_op_parallelism
-    o.experimental_symbolic_checkpoint = opts.symbolic_checkpoint or symbolic_checkpoint
+    # The seekable order's graph (symbolic_checkpoint here) checkpoints its position unless
+    # the options turn it off; any other graph only when they turn it on.
+    asked = opts.symbolic_checkpoint
+    o.experimental_symbolic_checkpoint = bool(asked) or (symbolic_checkpoint and asked is None)
     # The shard check's py_function touches no state a checkpoint would need.
     o.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
     if req.sharded:

@@ -102,7 +102,13 @@ class ReadOptions:
     max_intra_op_parallelism: threads one op may use. Auto: 1, as the tf.data guide
         advises for input pipelines (parallelism comes from parallel calls).
     symbolic_checkpoint: checkpoint iterator positions instead of buffered elements
-        (smaller checkpoints). Off by default: on the 21-feature benchmark it cut
+        (smaller checkpoints). Auto (None): on in the blocks layout's seekable order
+        (whose checkpoint is its position, a few KB), off elsewhere. False in the seekable
+        order reads 1.24-1.48x faster on 2 cores (BENCHMARKS.md, #45), the same batches,
+        but `tf.train.Checkpoint(iterator=it)` then saves the windows in flight
+        (megabytes): resume with `start_batch=` from a saved step instead (in `fit`,
+        `ingest.FitStart`), as `ingest.loader` resumes. Elsewhere True is slow: on the
+        21-feature rows benchmark it cut
         throughput from 151k to 11k examples/s (TF 2.21, 2 cores). It also rules out
         skipping corrupt records (tf.data cannot checkpoint ignore_errors symbolically: a
         corrupt record then fails with TensorFlow's own error, which does not name the
@@ -131,7 +137,7 @@ class ReadOptions:
     cache_budget_bytes: int | None = None
     private_threadpool_size: int | None = None
     max_intra_op_parallelism: int | None = None
-    symbolic_checkpoint: bool = False
+    symbolic_checkpoint: bool | None = None
     seekable_order: bool = True
     autotune: bool = False
     service_timeout_s: float | None = None
@@ -156,8 +162,9 @@ class ReadOptions:
             _check_positive(name, getattr(self, name))
         _check_positive("prefetch", self.prefetch, allow_zero=True)
         for name in ("symbolic_checkpoint", "seekable_order", "autotune"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"ReadOptions.{name} must be a bool, got {getattr(self, name)!r}")
+            value = getattr(self, name)
+            if not isinstance(value, bool) and not (name == "symbolic_checkpoint" and value is None):
+                raise ValueError(f"ReadOptions.{name} must be a bool, got {value!r}")
         t = self.service_timeout_s
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < math.inf):
             raise ValueError(

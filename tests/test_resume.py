@@ -255,6 +255,24 @@ def test_start_batch_seeks_to_that_batch_of_the_stream(dataset, start):
     assert _uninterrupted(ingest.make_dataset(dataset, start_batch=start, **kwargs), 12) == whole[start:]
 
 
+def test_symbolic_checkpoints_off_give_the_same_batches_and_seek_by_start_batch(dataset):
+    kwargs = dict(batch_size=BATCH, num_epochs=None, seed=11)
+    off = ingest.ReadOptions(symbolic_checkpoint=False)
+    default = ingest.make_dataset(dataset, **kwargs)
+    fast = ingest.make_dataset(dataset, options=off, **kwargs)
+    assert default.options().experimental_symbolic_checkpoint is True
+    assert fast.options().experimental_symbolic_checkpoint is False
+    whole = _uninterrupted(default, EPOCH + 20)
+    assert _uninterrupted(fast, EPOCH + 20) == whole
+    assert (
+        _uninterrupted(ingest.make_dataset(dataset, start_batch=EPOCH + 3, options=off, **kwargs), 17)
+        == whole[EPOCH + 3 :]
+    )
+    # Other graphs keep symbolic checkpoints off unless asked: the rows layout's streaming order.
+    streaming = ingest.make_dataset(dataset, batch_size=BATCH, options=ingest.ReadOptions(seekable_order=False))
+    assert streaming.options().experimental_symbolic_checkpoint is False
+
+
 def test_start_batch_from_a_variable_is_read_when_the_iterator_is_created(dataset):
     kwargs = dict(batch_size=BATCH, num_epochs=None, seed=11)
     whole = _uninterrupted(ingest.make_dataset(dataset, **kwargs), 40)
