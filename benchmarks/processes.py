@@ -105,7 +105,21 @@ def _loader_rates(path, batch_size, text, rounds, processes, to) -> list:
             while seen < _steady_rows(batch_size):
                 seen += len(next(it)[1])
             rates.append(seen / (time.perf_counter() - t))
-    return rates
+        memory = _memory([os.getpid()] + [p.pid for p in loader._stream.workers.procs] if processes else [os.getpid()])
+    return rates, memory
+
+
+def _memory(pids: list) -> dict:
+    """MB of the processes together: resident (shared slots counted in each process that
+    maps them) and proportional (each shared page split among the processes mapping it)."""
+    out = {"rss_mb": 0.0, "pss_mb": 0.0}
+    for pid in pids:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in ("Rss", "Pss"):
+                    out[key.lower() + "_mb"] += int(rest.split()[0]) / 1024
+    return out
 
 
 def handoff(batch_size: int, rows: int = 81_920, columns: int = 17, repeats: int = 5) -> dict:
@@ -139,7 +153,8 @@ def _child(args) -> dict:
     if args.child == "graph":
         rates = _in_graph(p, args.batch_size, text, args.rounds, json.loads(args.slice) if args.slice else None)
     else:
-        rates = _loader_rates(p, args.batch_size, text, args.rounds, args.processes, args.to)
+        rates, memory = _loader_rates(p, args.batch_size, text, args.rounds, args.processes, args.to)
+        return {"rate": statistics.median(rates), "rates": rates, **memory}
     return {"rate": statistics.median(rates), "rates": rates}
 
 
@@ -164,9 +179,9 @@ def _designs(common: list) -> dict:
     halves = [_spawn(str(k), *common, "--child", "graph", "--slice", json.dumps([k, 2])) for k in (0, 1)]
     r["(a) 2 processes x 1 core, no hand-off"] = sum(_result(h)["rate"] for h in halves)
     for k in (1, 2):
-        r[f"(b) loader, {k} worker(s), numpy"] = _result(
-            _spawn("0-1", *common, "--child", "loader", "--processes", str(k), "--to", "numpy")
-        )["rate"]
+        got = _result(_spawn("0-1", *common, "--child", "loader", "--processes", str(k), "--to", "numpy"))
+        r[f"(b) loader, {k} worker(s), numpy"] = got["rate"]
+        print(f"loader, {k} worker(s): all processes {got['rss_mb']:.0f} MB resident, {got['pss_mb']:.0f} MB PSS")
     r["(b) loader, 2 workers, torch"] = _result(
         _spawn("0-1", *common, "--child", "loader", "--processes", "2", "--to", "torch")
     )["rate"]
