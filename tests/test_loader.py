@@ -312,3 +312,24 @@ def test_torchdatas_stateful_data_loader_saves_and_resumes_the_position(dataset)
         second.load_state_dict(state)
         rest = [f["id"].tolist() for f, _ in second]
     assert head + rest == want
+
+
+def test_a_global_seed_orders_the_loader_as_it_orders_make_dataset(dataset):
+    import tensorflow as tf
+
+    tf.random.set_seed(2)
+    try:
+        want = _reference(dataset)
+        before = tf.random.uniform([2]).numpy()
+        with ingest.loader(dataset, processes=0, **KW) as loader:
+            got = [_digest(loader)]
+        after = tf.random.uniform([2]).numpy()
+        tf.random.set_seed(2)
+        _reference(dataset)
+        # The trainer's own random ops go on as if the loader had not run (no set_seed behind its back).
+        np.testing.assert_array_equal(tf.random.uniform([2]).numpy(), before)
+        np.testing.assert_array_equal(tf.random.uniform([2]).numpy(), after)
+    finally:
+        tf.random.set_seed(None)
+    assert got == want
+    assert want != _reference(dataset)  # another global seed, another order (as make_dataset's)

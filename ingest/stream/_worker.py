@@ -89,7 +89,12 @@ class _Built:
         """The pass make_dataset's `iteration`-th iterator would draw (blocks.seekable.starts)."""
         tf = self.tf
         if self._rand is None or iteration < self._drawn or global_seed != self._global_seed:
-            tf.random.set_seed(global_seed)
+            from tensorflow.python.eager import context
+
+            # Only where it differs: set_seed also resets the op-seed counter, and with
+            # processes=0 this is the trainer's own process.
+            if context.global_seed() != global_seed:
+                tf.random.set_seed(global_seed)
             self._rand = tf.data.Dataset.random(seed=self.seed % 2**31, rerandomize_each_iteration=True)
             self._drawn, self._global_seed = 0, global_seed
         value = None
