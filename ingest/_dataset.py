@@ -98,8 +98,9 @@ def make_dataset(
             (`load_info(path).vocabulary(name)`: value `vocabulary[i - 1]` has id `i`, 0 is
             out of vocabulary, as Keras `StringLookup` numbers them), which an `Embedding`
             takes as they come. No string is made: the blocks store each value's id, and
-            over spans converted with `--schema_from` a value's id never changes. A text
-            label with classes still arrives as its class id (`label_ids`).
+            over spans converted with `--schema_from` a value's id never changes. The label
+            comes apart as `label_ids` says (its class id, or its text); a text label kept
+            among the features (`label=False`) has classes, no vocabulary: it is refused.
         static_shapes: every tensor gets a fully known shape: variable-length features
             are padded to `pad_lengths` or their recorded maximum. Needs
             `drop_remainder=True`.
