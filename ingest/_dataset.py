@@ -23,7 +23,7 @@ import logging
 
 import tensorflow as tf
 
-from ingest import _parse, _read, _request, _service, _tuning
+from ingest import _parse, _read, _request, _restore, _service, _tuning
 from ingest._functions import own_functions
 from ingest._options import ImageOptions, ReadOptions
 from ingest._request import Request
@@ -381,7 +381,9 @@ def _finished(
             expected_records=rows * req.num_epochs if whole and rows is not None else None,
         )
     ds = ds.prefetch(opts.prefetch if opts.prefetch is not None else tf.data.AUTOTUNE)
-    return ds.with_options(_tf_options(req, symbolic_checkpoint=symbolic_checkpoint))
+    ds = ds.with_options(_tf_options(req, symbolic_checkpoint=symbolic_checkpoint))
+    # The seekable order checks a restored checkpoint: its iterators say why one is refused in a line.
+    return _restore.restorable(ds) if symbolic_checkpoint else ds
 
 
 def _tf_options(req: Request, *, symbolic_checkpoint: bool = False) -> tf.data.Options:
