@@ -236,8 +236,10 @@ def _describe(args) -> int:
         info = _info.load_info(args.path)
         print(_describe.describe(info, args.path, args.split))
         if plot:
-            panels = _describe.plot(info, plot, args.split)
+            panels, left = _describe.plot(info, plot, args.split)
             print(f"\nwrote {plot} ({panels} features)")
+            if left:
+                print(f"left out of it ({len(left)}): " + "; ".join(f"{name} ({why})" for name, why in left))
     except (ValueError, KeyError, FileNotFoundError, ImportError) as e:
         message = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"error: {message}", file=sys.stderr)

@@ -82,6 +82,10 @@ class DriftRow:
     missing_current: float | None
     drifted: bool
     note: str = ""
+    # Categories in the current dataset that the baseline has none of, most frequent first
+    # (as recorded: the label's class ids, text values): only where the baseline's
+    # statistics hold every one of its values exactly, so that absent means absent.
+    new_values: tuple = ()
 
     @property
     def missing_change(self) -> float | None:
@@ -361,6 +365,7 @@ def _compare_feature(name, base: _Side, cur: _Side, limits: _Limits, own: float 
     schema = _schema_change(spec_a, spec_b)
     notes = [schema] if schema else []
     distance = metric = threshold = None
+    new_values = ()
     if kind_a == "bytes":
         kind = "bytes"
         notes.append("binary values: only the missing share is compared")
@@ -371,6 +376,9 @@ def _compare_feature(name, base: _Side, cur: _Side, limits: _Limits, own: float 
             if _truncated(a) or _truncated(b):
                 shown = max(len(a.top), len(b.top))
                 notes.append(f"over the {shown:,} most frequent values recorded")
+            new_values = _new_values(a, b)
+            if new_values:
+                notes.append(_new_note(new_values, b))
     else:
         kind, metric, threshold = "numeric", "jensen_shannon", limits.numeric
         histograms = numeric_histograms(a, b)
@@ -391,7 +399,29 @@ def _compare_feature(name, base: _Side, cur: _Side, limits: _Limits, own: float 
         math.inf if schema else 0.0,
     )
     drifted = bool(schema) or _past(distance, threshold) or _past(change, limit)
-    return DriftRow(name, kind, metric, distance, threshold, *missing, drifted, "; ".join(notes)), severity
+    row = DriftRow(name, kind, metric, distance, threshold, *missing, drifted, "; ".join(notes), new_values)
+    return row, severity
+
+
+_NEW_SHOWN = 5  # new categories named in a row's note; `DriftRow.new_values` holds them all
+
+
+def _new_values(a: FeatureStatistics, b: FeatureStatistics) -> tuple:
+    """The current side's recorded values the baseline has none of, most frequent first; ()
+    when the baseline's statistics leave values out or estimate them (absent would not mean
+    absent)."""
+    if a.vocabulary is None:
+        return ()
+    known = set(a.vocabulary)
+    return tuple(t.value for t in b.top if t.value not in known)
+
+
+def _new_note(new_values: tuple, b: FeatureStatistics) -> str:
+    share = dict(frequencies(b))
+    named = ", ".join(f"{v!r} {100 * share[v]:.1f}%" for v in new_values[:_NEW_SHOWN])
+    more = f" and {len(new_values) - _NEW_SHOWN:,} more" if len(new_values) > _NEW_SHOWN else ""
+    at_least = "at least " if _truncated(b) else ""
+    return f"{at_least}{len(new_values):,} new in the current dataset: {named}{more}"
 
 
 def _past(value, threshold) -> bool:

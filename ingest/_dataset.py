@@ -23,7 +23,7 @@ import logging
 
 import tensorflow as tf
 
-from ingest import _parse, _read, _request, _service, _tuning
+from ingest import _parse, _read, _request, _restore, _service, _tuning
 from ingest._functions import own_functions
 from ingest._options import ImageOptions, ReadOptions
 from ingest._request import Request
@@ -98,8 +98,9 @@ def make_dataset(
             (`load_info(path).vocabulary(name)`: value `vocabulary[i - 1]` has id `i`, 0 is
             out of vocabulary, as Keras `StringLookup` numbers them), which an `Embedding`
             takes as they come. No string is made: the blocks store each value's id, and
-            over spans converted with `--schema_from` a value's id never changes. A text
-            label with classes still arrives as its class id (`label_ids`).
+            over spans converted with `--schema_from` a value's id never changes. The label
+            comes apart as `label_ids` says (its class id, or its text); a text label kept
+            among the features (`label=False`) has classes, no vocabulary: it is refused.
         static_shapes: every tensor gets a fully known shape: variable-length features
             are padded to `pad_lengths` or their recorded maximum. Needs
             `drop_remainder=True`.
@@ -380,7 +381,9 @@ def _finished(
             expected_records=rows * req.num_epochs if whole and rows is not None else None,
         )
     ds = ds.prefetch(opts.prefetch if opts.prefetch is not None else tf.data.AUTOTUNE)
-    return ds.with_options(_tf_options(req, symbolic_checkpoint=symbolic_checkpoint))
+    ds = ds.with_options(_tf_options(req, symbolic_checkpoint=symbolic_checkpoint))
+    # The seekable order checks a restored checkpoint: its iterators say why one is refused in a line.
+    return _restore.restorable(ds) if symbolic_checkpoint else ds
 
 
 def _tf_options(req: Request, *, symbolic_checkpoint: bool = False) -> tf.data.Options:

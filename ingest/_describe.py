@@ -62,9 +62,14 @@ def _shown(value) -> str:
     return text if len(text) <= _VALUE_SHOWN else text[: _VALUE_SHOWN - 1] + "…"
 
 
+def _cell(value) -> str:
+    """A markdown table cell: a `|` in a value (or a name) would end the cell."""
+    return str(value).replace("|", "\\|")
+
+
 def _table(rows: list, columns: list) -> str:
-    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
-    lines += ["| " + " | ".join(str(r.get(c, "")) for c in columns) + " |" for r in rows]
+    lines = ["| " + " | ".join(_cell(c) for c in columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    lines += ["| " + " | ".join(_cell(r.get(c, "")) for c in columns) + " |" for r in rows]
     return "\n".join(lines)
 
 
@@ -182,16 +187,33 @@ def _histogram(s: FeatureStatistics):
     return edges, np.diff(cdf)
 
 
-def plot(info: contract.DatasetInfo, out: str, split: str | None = None) -> int:
-    """Writes histograms (numbers) and top-value bars (text) as one PNG; returns the panel count."""
+def panels(info: contract.DatasetInfo, stats) -> tuple:
+    """-> (the features plot draws, [(feature, why it is left out)])."""
+    shown, left = [], []
+    for f in info.features:
+        s = stats.get(f.name)
+        if s is None:
+            left.append((f.name, "no statistics"))
+        elif not (s.quantiles or s.top):
+            why = "bytes: only its distinct count is recorded" if f.dtype == "bytes" and not f.text else "no values"
+            left.append((f.name, why))
+        elif len(shown) == _MAX_PANELS:
+            left.append((f.name, f"past the first {_MAX_PANELS} panels"))
+        else:
+            shown.append(f)
+    return shown, left
+
+
+def plot(info: contract.DatasetInfo, out: str, split: str | None = None) -> tuple:
+    """Writes histograms (numbers) and top-value bars (text) as one PNG; returns the panel
+    count and the features left out, each with why."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     stats = info.statistics.of(split)
-    shown = [f for f in info.features if f.name in stats and (stats[f.name].quantiles or stats[f.name].top)]
-    shown = shown[:_MAX_PANELS]
+    shown, left = panels(info, stats)
     cols = min(4, max(1, len(shown)))
     rows = math.ceil(len(shown) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
@@ -221,7 +243,7 @@ def plot(info: contract.DatasetInfo, out: str, split: str | None = None) -> int:
     fig.tight_layout(rect=(0, 0, 1, 0.97))  # room for the title
     fig.savefig(out, dpi=90)
     plt.close(fig)
-    return len(shown)
+    return len(shown), left
 
 
 def _class_name(info: contract.DatasetInfo, value) -> str | None:

@@ -205,23 +205,23 @@ def build(
         processing_mode=processing_mode,
         start_batch=start_batch,
         text_codes=text_codes(view.infos),
-        text_ids=_text_ids(view, selected, label if label_classes else None, text, path),
+        text_ids=_text_ids(view, selected, label, text, path),
     )
 
 
 TEXT_MODES = ("strings", "ids")
 
 
-def _text_ids(view, selected, label_with_classes, text: str, path) -> frozenset:
+def _text_ids(view, selected, label, text: str, path) -> frozenset:
     """The text features `text="ids"` yields as ids: every selected bytes feature that holds
-    text (a label with classes is yielded as its class id already), each with a vocabulary
-    in every dataset read, the same ids in all of them (a later span's vocabulary extends
-    an earlier one's: --schema_from)."""
+    text, each with a vocabulary in every dataset read, the same ids in all of them (a later
+    span's vocabulary extends an earlier one's: --schema_from). The label yielded apart is
+    not one: it comes as `label_ids` says (its class id, or its text)."""
     if text not in TEXT_MODES:
         raise ValueError(f"text must be one of {TEXT_MODES}, got {text!r}")
     if text == "strings":
         return frozenset()
-    names = [n for n in selected if n != label_with_classes]
+    names = [n for n in selected if n != label]
     wanted = [f for f in view.info.features if f.name in names and f.dtype == "bytes" and f.text]
     if wanted and view.info.layout != "blocks":
         raise ValueError(
@@ -230,6 +230,13 @@ def _text_ids(view, selected, label_with_classes, text: str, path) -> frozenset:
         )
     for f in wanted:
         for span, info in zip(view.paths, view.infos):
+            if f.name not in info.vocabularies and f.name == info.label:
+                raise ValueError(
+                    f"text='ids': feature {f.name!r} is the label {span} records, read here among the features "
+                    "(label=False, or another label named); a label has classes (load_info(path).labels), not a "
+                    "vocabulary, so it has no ids. Yield it apart as the label (label=None: its class id; with "
+                    "label_ids=False, its text), leave it out with features=[...], or read text='strings'"
+                )
             if f.name not in info.vocabularies:
                 why = next((w for w in info.warnings if w.startswith(f"text feature {f.name!r}")), None)
                 why = why or f"it was converted with format_version {info.format_version}, before vocabularies (4)"

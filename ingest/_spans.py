@@ -10,9 +10,11 @@ statistics merged as if the rows had been converted together.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import logging
 import os
+import re
 
 from ingest import contract, statistics
 
@@ -34,9 +36,45 @@ def _has_metadata(path: str) -> bool:
     return _gfile().exists(f"{path}/{contract.METADATA_FILENAME}")
 
 
+# A date in a span's name: 2026-11-27, 2026_11_27, 2026.11.27, 20261127; or a month, 2026-11.
+_DATE = re.compile(r"(?<!\d)(\d{4})(?:([-_.])(\d{1,2})(?:\2(\d{1,2}))?|(\d{2})(\d{2}))(?!\d)")
+
+
+def date_in(name: str) -> tuple | None:
+    """(year, month, day) of the last valid date in `name` (day 0 for a month: 2026-11);
+    None without one. 8 digits count only as a valid date (20261127, not 12345678)."""
+    found = None
+    for m in _DATE.finditer(name):
+        year, sep, month, day, month8, day8 = m.groups()
+        y, mo, d = (int(year), int(month8), int(day8)) if sep is None else (int(year), int(month), int(day or 0))
+        try:
+            datetime.date(y, mo, d or 1)
+        except ValueError:
+            continue
+        found = (y, mo, d)
+    return found
+
+
+def ordered(paths: list) -> list:
+    """Span paths oldest first: by the date in their names when every name has one (so
+    2026-11-3, 20261127 and backfill-2026-11-20 fall in date order), else by name."""
+    dates = {p: date_in(p.rstrip("/").rsplit("/", 1)[-1]) for p in paths}
+    if all(dates.values()):
+        return sorted(paths, key=lambda p: (dates[p], p))
+    dated = [p for p in paths if dates[p]]
+    if dated:
+        logger.warning(
+            "spans ordered by name, not by date: %s have no date in their names (%s, ...)",
+            ", ".join(sorted(p for p in paths if not dates[p])),
+            dated[0],
+        )
+    return sorted(paths)
+
+
 def spans(root, *, last: int | None = None) -> list:
-    """The span directories under `root` (those holding a finished dataset), by name; the
-    `last` N of them when given.
+    """The span directories under `root` (those holding a finished dataset), oldest first:
+    by the date in their names when each has one (2026-11-27, 20261127, 2026-11), else by
+    name; the `last` N of them when given.
 
     A directory whose conversion has not finished (no metadata yet, as while today's span
     is being written) is left out, with a log line naming it: training never reads half a span.
@@ -69,7 +107,7 @@ def spans(root, *, last: int | None = None) -> list:
             f"no converted dataset under {root}: each span is a directory that a conversion wrote "
             f"(holding {contract.METADATA_FILENAME}), e.g. {root}/2026-11-25"
         )
-    return _distinct(found, last)
+    return _distinct(ordered(found), last)
 
 
 def _distinct(found: list, last: int | None) -> list:
@@ -98,7 +136,8 @@ def _distinct(found: list, last: int | None) -> list:
         logger.warning(
             "spans that are a span already listed are left out (each span is read once): %s", "; ".join(twice)
         )
-    return sorted(kept)
+    held = set(kept)
+    return [p for p in found if p in held]  # in the order found, oldest first
 
 
 def _is_link(path: str) -> bool:

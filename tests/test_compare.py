@@ -207,6 +207,20 @@ def test_few_valued_int_features_compare_as_categories(tmp_path):
     assert report.drifted == ("code",)
 
 
+def test_categories_new_in_the_current_dataset_are_listed(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    base = convert_table(tmp_path / "a", pa.table({"color": rng.choice(["red", "green"], 2000)}))
+    colors = rng.choice(["red", "green", "blue", "teal"], 2000, p=[0.4, 0.3, 0.2, 0.1])
+    cur = convert_table(tmp_path / "b", pa.table({"color": colors}))
+    row = compare(base, cur).row("color")
+    assert row.new_values == ("blue", "teal")  # most frequent first
+    blue, teal = (f"{100 * np.mean(colors == c):.1f}%" for c in ("blue", "teal"))
+    assert f"2 new in the current dataset: 'blue' {blue}, 'teal' {teal}" in row.note, row.note
+    assert compare(cur, base).row("color").new_values == ()  # values gone are not new
+    assert cli.main(["compare", base, cur]) == 1
+    assert "2 new in the current dataset: 'blue'" in capsys.readouterr().out
+
+
 def test_a_changed_dtype_is_schema_drift_with_its_distance(tmp_path):
     values = np.arange(1000)
     base = convert_table(tmp_path / "a", pa.table({"x": values}))
@@ -336,9 +350,11 @@ def test_categories_compare_by_the_largest_change_of_a_share():
     report = compare(_stats(city=text({"a": 50, "b": 30, "c": 20})), _stats(city=text({"a": 40, "b": 30, "d": 30})))
     row = report.row("city")
     assert (row.kind, row.metric, row.distance) == ("categorical", "l_infinity", pytest.approx(0.3))  # d: 0 -> 0.3
-    assert row.note == ""
-    truncated = compare(_stats(city=text({"a": 50}, distinct=20)), _stats(city=text({"a": 50}, distinct=20)))
+    assert row.note == "1 new in the current dataset: 'd' 30.0%" and row.new_values == ("d",)
+    truncated = compare(_stats(city=text({"a": 50}, distinct=20)), _stats(city=text({"b": 50}, distinct=20)))
+    # The baseline's 19 values left out may hold 'b': it is not called new.
     assert truncated.row("city").note == "over the 1 most frequent values recorded"
+    assert truncated.row("city").new_values == ()
 
 
 def test_a_feature_without_values_on_one_side_drifts_by_its_missing_share():

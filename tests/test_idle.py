@@ -132,9 +132,15 @@ def test_the_meter_reads_the_analytic_idle_of_producers_of_known_speed(kind, fac
         step = factor * before
         steps = int(max(40, 800 / step))
         report = ingest.measure_idle(_producer(kind), step_time_ms=step, steps=steps, warmup_steps=20)
-        # The producer's speed, timed before and after: a loaded machine moves it a little.
-        produce = (before + batch_time_ms(_producer(kind), batches=batches)) / 2
-        errors.append(abs(report.idle_fraction - max(0.0, 1 - step / produce)))
+        after = batch_time_ms(_producer(kind), batches=batches)
+        # The producer's speed is timed before and after, and the analytic idle of each
+        # bounds the truth: a 10 us sleep is mostly the OS's wake-up (~0.1 ms a batch),
+        # which moves by up to 35% within seconds with the other core busy (0.084 then
+        # 0.128 ms). Against the mean of the two, 3 of 17 tries were off by 0.06-0.09 on
+        # such a machine; against the interval, none of 12 by more than 0.04, while a
+        # next() per batch still reads 0.59-0.61 for 0.48-0.51 here (off by 0.09-0.10).
+        lo, hi = sorted(max(0.0, 1 - step / produce) for produce in (before, after))
+        errors.append(max(0.0, lo - report.idle_fraction, report.idle_fraction - hi))
         if errors[-1] <= 0.05:
             break
     assert min(errors) <= 0.05, (kind, errors)

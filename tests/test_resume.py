@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -174,14 +175,45 @@ def test_a_dataset_reconverted_in_place_is_read_at_its_new_block_offsets(tmp_pat
     assert sorted(sum((_ids(b) for b in ingest.make_dataset(path, **kwargs)), [])) == list(range(2000))
 
 
+def _in_ingests_words(error, pattern: str) -> None:
+    """ingest's sentence alone: not TensorFlow's three lines around it (DeserializeIterator, the
+    iterator's stages, the assert's node, "Make sure the dataset definition has not changed")."""
+    assert "\n" not in error.message and "DeserializeIterator" not in error.message, error.message
+    assert "Make sure" not in error.message and "{{node" not in error.message, error.message
+    assert re.match(pattern, error.message), error.message
+
+
+def test_a_checkpoint_restored_with_another_seed_is_refused_and_without_one_takes_its_seed(dataset, tmp_path):
+    """A seed given is the order asked for: a checkpoint of another seed would resume in its own order
+    (it did, silently: seed=2 restored seed 1's next batches). seed=None restores the checkpoint's."""
+    it = iter(ingest.make_dataset(dataset, batch_size=BATCH, seed=1))
+    next(it)
+    prefix = tf.train.Checkpoint(iterator=it).write(str(tmp_path / "ckpt"))
+    rest = [_ids(b) for b in it]
+    other = iter(ingest.make_dataset(dataset, batch_size=BATCH, seed=2))
+    with pytest.raises(tf.errors.InvalidArgumentError) as e:
+        tf.train.Checkpoint(iterator=other).restore(prefix)  # as CheckpointManager.restore_or_initialize does
+        next(other)
+    _in_ingests_words(
+        e.value, r"^this iterator was restored from a checkpoint saved with seed 1 into make_dataset\(seed=2\) "
+    )
+    unseeded = iter(ingest.make_dataset(dataset, batch_size=BATCH))
+    tf.train.Checkpoint(iterator=unseeded).read(prefix)
+    assert [_ids(b) for b in unseeded] == rest
+    same = iter(ingest.make_dataset(dataset, batch_size=BATCH, seed=1))
+    tf.train.Checkpoint(iterator=same).read(prefix)
+    assert [_ids(b) for b in same] == rest
+
+
 def test_a_checkpoint_of_another_batch_size_or_dataset_is_refused(dataset, tmp_path):
     it = iter(ingest.make_dataset(dataset, batch_size=BATCH, seed=1))
     next(it)
     prefix = tf.train.Checkpoint(iterator=it).write(str(tmp_path / "ckpt"))
     other = iter(ingest.make_dataset(dataset, batch_size=BATCH * 2, seed=1))
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"restored from a checkpoint of another dataset"):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"restored from a checkpoint of another dataset") as e:
         tf.train.Checkpoint(iterator=other).read(prefix)  # refused as it restores (the window is recomputed)
         next(other)
+    _in_ingests_words(e.value, rf"^this iterator .* with batch_size={BATCH * 2}: .*without the checkpoint\.$")
 
     # The same rows converted again (another shuffle): blocks at other offsets.
     reconverted = convert_table(

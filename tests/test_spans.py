@@ -78,6 +78,33 @@ def test_spans_are_the_latest_finished_directories_by_name(months, caplog):
         ingest.spans(root / "2012-01")  # a dataset, not a directory of spans
 
 
+def _listed_spans(root, names) -> None:
+    """Directories that spans() lists: each holds a metadata file naming its conversion."""
+    for name in names:
+        os.makedirs(root / name)
+        (root / name / "dataset_info.json").write_text(json.dumps({"source": {"job": f"job-{name}"}}))
+
+
+def test_spans_are_ordered_by_the_date_in_their_names_else_by_name(tmp_path, caplog):
+    """By name, 2026-11-28 came before 2026-11-3 and 20261127, and backfill-... last of all."""
+    from ingest._spans import date_in
+
+    dated = tmp_path / "dated"
+    _listed_spans(dated, ["2026-11-3", "20261127", "backfill-2026-11-20", "2026-11-28", "2026_11_29"])
+    assert [p.rsplit("/", 1)[1] for p in ingest.spans(dated)] == [
+        "2026-11-3", "backfill-2026-11-20", "20261127", "2026-11-28", "2026_11_29",
+    ]  # fmt: skip
+    assert ingest.spans(dated, last=2) == [f"{dated}/2026-11-28", f"{dated}/2026_11_29"]
+    assert [date_in(n) for n in ("2012-03", "run-20261127-2026-11-28", "12345678", "2026-13-01", "v2")] == [
+        (2012, 3, 0), (2026, 11, 28), None, None, None,
+    ]  # fmt: skip
+    mixed = tmp_path / "mixed"
+    _listed_spans(mixed, ["2026-11-28", "b", "a"])
+    with caplog.at_level(logging.WARNING):
+        assert ingest.spans(mixed) == [f"{mixed}/2026-11-28", f"{mixed}/a", f"{mixed}/b"]
+    assert re.search(r"ordered by name, not by date: .*/a, .*/b have no date", caplog.text)
+
+
 def test_every_row_of_every_span_once_per_epoch_shuffled_across_spans(months):
     root, rows = months
     paths = ingest.spans(root, last=3)

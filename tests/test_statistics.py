@@ -161,8 +161,14 @@ def test_statistics_per_split_and_overall_match_pandas(converted):
 def test_high_cardinality_text_is_estimated_within_two_percent(converted):
     table, path, ids = converted
     df = table.to_pandas()
-    for split in (*SPLITS, None):
-        rows = df if split is None else df.iloc[np.sort(ids[split])]
+    # Over every split, the top values and distinct count are those of the exact counts the
+    # vocabulary was ranked from (30k values: under its limit): they were the sketch's too.
+    st = ingest.load_info(path).statistics.of(None)["ids"]
+    truth = df["ids"].value_counts()
+    assert st.distinct_exact and st.distinct == len(truth) and st.top_exact
+    assert [(t.value, t.count) for t in st.top] == _keras_order(truth)[: feature_stats.TOP_STORED]
+    for split in SPLITS:
+        rows = df.iloc[np.sort(ids[split])]
         st = ingest.load_info(path).statistics.of(split)["ids"]
         truth = rows["ids"].value_counts()
         assert not st.distinct_exact and st.distinct == pytest.approx(len(truth), rel=0.02)
@@ -534,3 +540,34 @@ def test_describe_prints_a_long_value_cut(tmp, capsys):
     assert cli.main(["describe", str(tmp / "ds")]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| doc |"))
     assert re.search(r"'y{20,}…", row) and len(row) < 200
+
+
+def test_describe_escapes_pipes_and_plot_names_the_features_it_leaves_out(tmp, capsys):
+    """A `|` in a value ended its markdown cell (the row had a column too many); --plot drew 24
+    features and said nothing of the others."""
+    columns = {f"n{i:02d}": pa.array(np.arange(40) % (i + 2)) for i in range(25)}
+    table = pa.table(
+        {
+            "pipe": pa.array(["a|b"] * 30 + ["c"] * 10),
+            **columns,
+            "blob": pa.array([bytes([i, 255]) for i in range(40)], pa.binary()),
+        }
+    )
+    os.makedirs(tmp / "in")
+    pq.write_table(table, tmp / "in" / "a.parquet")
+    run_convert("--source", "parquet", "--input", tmp / "in" / "a.parquet", "--output", tmp / "ds")
+    capsys.readouterr()
+    assert cli.main(["describe", str(tmp / "ds"), "--plot", str(tmp / "d.png")]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    header = next(line for line in lines if line.startswith("| feature |"))
+    row = next(line for line in lines if line.startswith("| pipe |"))
+    cells = re.split(r"(?<!\\)\|", row)
+    assert len(cells) == len(header.split("|")) and r"'a\|b' 75.0%" in row, row
+    left = next(line for line in lines if line.startswith("left out of it"))
+    # 25 numbers and one text feature have panels: the first 24 are drawn.
+    assert (
+        left == "left out of it (3): n23 (past the first 24 panels); n24 (past the first 24 panels); "
+        "blob (bytes: only its distinct count is recorded)"
+    ), left
+    assert "wrote " + str(tmp / "d.png") + " (24 features)" in out and os.path.getsize(tmp / "d.png") > 0

@@ -179,6 +179,27 @@ def test_a_later_span_keeps_every_id_and_adds_its_new_values(tmp_path):
     assert all(lookup[row["city"]] == strings[i]["city"] for i, row in ids.items())
 
 
+def test_the_label_comes_apart_as_label_ids_says_and_among_the_features_is_refused(dataset):
+    """A recorded text label has classes, not a vocabulary: apart, it is its class id or (label_ids=False)
+    its text beside the features' ids; kept among the features, text="ids" refuses it saying why and what
+    to do (it said "converted with format_version 4, before vocabularies (4)", and refused label_ids=False)."""
+    info = ingest.load_info(dataset)
+    kw = dict(batch_size=50, shuffle=False, text="ids", features=["id", "city", "label"])
+    strings = [y for _, y in ingest.make_dataset(dataset, batch_size=50, shuffle=False, label_ids=False)]
+    as_text = list(ingest.make_dataset(dataset, label_ids=False, **kw))
+    assert as_text[0][0]["city"].dtype == tf.int64 and as_text[0][1].dtype == tf.string
+    assert [y.numpy().tolist() for _, y in as_text] == [y.numpy().tolist() for y in strings]
+    as_ids = [y.numpy() for _, y in ingest.make_dataset(dataset, **kw)]
+    assert [info.labels[i].encode() for y in as_ids for i in y] == [v for y in strings for v in y.numpy().tolist()]
+    for among in (dict(label=False), dict(label="city", features=["id", "city", "label"])):
+        with pytest.raises(
+            ValueError,
+            match=r"feature 'label' is the label .* records, read here among the features .*a label has classes "
+            r"\(load_info\(path\).labels\), not a vocabulary.* Yield it apart as the label .*features=\[\.\.\.\]",
+        ):
+            ingest.make_dataset(dataset, **{**kw, **among})
+
+
 def test_spans_converted_apart_are_refused_for_ids_but_read_as_strings(tmp_path):
     a = convert_table(tmp_path / "a", _table(0), "--label", "label")
     b = convert_table(tmp_path / "b", _table(1, new_words=20), "--label", "label")

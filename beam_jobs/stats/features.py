@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 
 __all__ = [
     "FeatureStats",
+    "cut_long_values",
     "add_numbers_together",
     "Keys",
     "kind_of",
@@ -243,7 +244,7 @@ def share_keys(features) -> None:
                 sample.pieces = [(values, same)]
 
 
-def _cut_long_values(top: list) -> tuple:
+def cut_long_values(top: list) -> tuple:
     """-> (`top` with each text value longer than TOP_VALUE_CHARS cut, whether one was)."""
     cut = False
     for t in top:
@@ -353,7 +354,7 @@ class _Counts:
             import datasketches
 
             items = self.frequent.get_frequent_items(datasketches.frequent_items_error_type.NO_FALSE_POSITIVES)
-            top, _ = _cut_long_values([{"value": v, "count": int(est)} for v, est, _, _ in items[:TOP_STORED]])
+            top, _ = cut_long_values([{"value": v, "count": int(est)} for v, est, _, _ in items[:TOP_STORED]])
             distinct = int(round(self.hll.get_estimate()))
             return {"distinct": distinct, "distinct_exact": False, "top": top, "top_exact": False}
         if self.values is None:
@@ -363,7 +364,7 @@ class _Counts:
         # Keras' lookup order: most frequent first, ties by the value (bytes), larger first.
         order = sorted(range(len(raw)), key=lambda i: (counts[i], raw[i]), reverse=True)[:TOP_STORED]
         values = _as_text(self.values) if text else raw
-        top, cut = _cut_long_values([{"value": values[i], "count": counts[i]} for i in order])
+        top, cut = cut_long_values([{"value": values[i], "count": counts[i]} for i in order])
         return {"distinct": len(raw), "distinct_exact": True, "top": top, "top_exact": not cut}
 
     def exact_values(self) -> list | None:

@@ -20,8 +20,8 @@ bytes), and a restored iterator recomputes the window it stopped in: it seeks, i
 not replay. Without a user seed one is drawn when the dataset is built; the scan's state
 holds it, so a checkpoint restores the seed along with the position. The fingerprint of
 the blocks, batch size and window is checked against the dataset read after a restore:
-a checkpoint of another dataset (or of another batch size) fails instead of resuming
-into a different order.
+a checkpoint of another dataset (or of another batch size, or of another seed than one
+given) fails instead of resuming into a different order.
 """
 
 from __future__ import annotations
@@ -469,10 +469,28 @@ class _SeekableOrder:
         first, last = tf.unstack(tf.reshape(bounds, [2]))
         skip = start - tf.gather(tf.reshape(ends - rows, [-1]), first)  # less the rows before the first block
         head = w < 0  # the head element: an empty window
-        with tf.control_dependencies([same]):
+        with tf.control_dependencies([same, *self.same_seed(seed)]):
             blocks = orders[first : tf.where(head, first, last + 1)]
         zero = tf.constant(0, tf.int64)
         return seed, _key(this_pass, w), w, blocks, tf.where(head, zero, skip), tf.where(head, zero, stop - start), drop
+
+    def same_seed(self, seed) -> list:
+        """A seed given to make_dataset must be the one a restored checkpoint carries: its
+        order is the one asked for (without one, the checkpoint's seed is the run's)."""
+        if self.req.seed is None:
+            return []
+        return [
+            tf.debugging.Assert(
+                tf.equal(seed, self.seed),
+                [
+                    "this iterator was restored from a checkpoint saved with seed",
+                    seed,
+                    f"into make_dataset(seed={self.req.seed}) of {self.req.path}: its order would differ. Restore "
+                    "it with the seed it was saved with (seed=None takes the checkpoint's), or start without the "
+                    "checkpoint.",
+                ],
+            )
+        ]
 
     def read(self, seed, key, w, blocks, skip, rows, drop):
         # A block short of its frame (a file cut after indexing) yields nothing: _all_read names it.
