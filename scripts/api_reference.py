@@ -22,6 +22,8 @@ OUT = ROOT / "docs" / "api.md"
 SECTIONS = (
     ("Reading", ["ingest.make_dataset", "ingest.distribute", "ingest.load_info", "ingest.spans",
                  "ingest.ReadOptions", "ingest.ImageOptions", "ingest.skipped_corrupt_records"]),
+    ("PyTorch, JAX and numpy", ["ingest.loader", "ingest.Loader", "ingest.WorkerError", "ingest.preprocessing",
+                                "ingest.Preprocessing"]),
     ("Resuming Keras' fit", ["ingest.FitStart", "ingest.StopAtStep"]),
     ("Metadata", ["ingest.DatasetInfo", "ingest.FeatureSpec", "ingest.Statistics", "ingest.FeatureStatistics",
                   "ingest.DatasetNotFoundError", "ingest.DatasetInfoError"]),
