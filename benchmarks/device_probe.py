@@ -116,7 +116,9 @@ def feed(path: str, batch_size: int, width: int, workers: int, steps: int | None
     """Real idle of a CUDA-graphed MLP step fed by ingest.loader(to="torch", device="cuda")."""
     import torch
 
-    dev = torch.device("cuda")
+    # On a machine without CUDA (the tests) the same loop runs eagerly on the CPU.
+    cuda = torch.cuda.is_available()
+    dev = torch.device("cuda" if cuda else "cpu")
     info = ingest.load_info(path)
     names = [f.name for f in info.features if f.is_scalar and f.dtype != "bytes" and f.name != info.label]
     model = torch.nn.Sequential(
@@ -126,37 +128,41 @@ def feed(path: str, batch_size: int, width: int, workers: int, steps: int | None
         torch.nn.ReLU(),
         torch.nn.Linear(width, 1),
     ).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=cuda)
     sx, sy = torch.zeros(batch_size, len(names), device=dev), torch.zeros(batch_size, device=dev)
 
     def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cuda):
             loss = torch.nn.functional.mse_loss(model(sx).squeeze(-1), sy)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=False)
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
+    replay = step
+    if cuda:  # the whole step as one CUDA graph, as the fastest trainers run it
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
             step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
+        replay = graph.replay
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
 
     def timed(n, one):
-        torch.cuda.synchronize()
+        sync()
         start = time.perf_counter()
         for _ in range(n):
             one()
-        torch.cuda.synchronize()
+        sync()
         return (time.perf_counter() - start) / n
 
-    floor = timed(200, graph.replay)
+    floor = timed(steps or 200, replay)
     n = steps or max(200, int(2.0 / floor))
-    floor = timed(n, graph.replay)
+    floor = timed(n, replay)
     with ingest.loader(
         path,
         batch_size=batch_size,
@@ -175,13 +181,13 @@ def feed(path: str, batch_size: int, width: int, workers: int, steps: int | None
             x, y = next(it)
             torch.stack([x[k].float() for k in names], dim=1, out=sx)
             sy.copy_(y.float())
-            graph.replay()
+            replay()
 
-        timed(50, one)
+        timed(min(n, 50), one)
         fed = timed(n, one)
     return {
         "mode": "feed",
-        "device": torch.cuda.get_device_name(0),
+        "device": torch.cuda.get_device_name(0) if cuda else "cpu",
         "cores": len(os.sched_getaffinity(0)),
         "batch": batch_size,
         "width": width,
@@ -206,7 +212,7 @@ def main(mode: str, paths: list, batches: int | None = None) -> None:
             for b in (4096, 256):
                 for width in (256, 1024):
                     for workers in (1, 2, 4):
-                        print(json.dumps(feed(path, b, width, workers)), flush=True)
+                        print(json.dumps(feed(path, b, width, workers, steps=batches)), flush=True)
         return
     if mode == "tab":
         for path in paths:

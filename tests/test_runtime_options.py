@@ -308,3 +308,14 @@ def test_the_device_probes_process_mode_reports_the_loader_beside_make_dataset(t
     assert [line["batch"] for line in lines] == [4096, 256]
     assert all(r > 0 for line in lines for r in line["rows_per_s"].values())
     assert {"make_dataset in-graph", "loader, 1 worker(s)"} <= set(lines[0]["rows_per_s"])
+
+
+@pytest.mark.slow
+def test_the_device_probes_feed_mode_runs_its_loop_where_there_is_no_gpu(tabular):
+    # On the GPU host it times a CUDA graph; here the same loop, eagerly on the CPU, so that
+    # the one call a GPU session makes has run before.
+    pytest.importorskip("torch")
+    from benchmarks import device_probe
+
+    out = device_probe.feed(tabular, 32, 8, 1, steps=3)
+    assert out["device"] == "cpu" and out["workers"] == 1 and out["fed_ms"] > 0 and 0 <= out["idle"] <= 1
