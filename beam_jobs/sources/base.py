@@ -274,7 +274,8 @@ def select_columns(names: list, args) -> list:
             raise ConversionError(f"--columns names {unknown}{hints}, which the input lacks; its columns: {names}")
     else:
         selected = list(names)
-    for name, col in (("--label", args.label), ("--split_key", args.split_key)):
+    # --split_key '' splits by the record content: no column.
+    for name, col in (("--label", args.label), ("--split_key", args.split_key or None)):
         if col is not None and col not in names:
             raise ConversionError(
                 f"{name} {col!r}{did_you_mean(col, names)} is not a column of the input; its columns: {names}"

@@ -60,6 +60,9 @@ class CarriedSchema:
     splits: tuple = ()
     # {feature: its vocabulary, a tuple of str}: a value's id never changes from span to span.
     vocabularies: Mapping = dataclasses.field(default_factory=dict)
+    # The column that dataset was split by (its --split_key): the default of a span's, so
+    # that a key (a user) stays in one split in every span. None: split by the record.
+    split_key: str | None = None
 
     @property
     def names(self) -> tuple:
@@ -166,7 +169,15 @@ def load(dataset: str) -> CarriedSchema:
     splits = _recorded_splits(info, dataset)
     vocabularies = {name: _vocabulary(dataset, v["file"]) for name, v in info.vocabularies.items()}
     return CarriedSchema(
-        dataset, tuple(info.features), info.label, tuple(info.labels), job, storage, splits, vocabularies
+        dataset,
+        tuple(info.features),
+        info.label,
+        tuple(info.labels),
+        job,
+        storage,
+        splits,
+        vocabularies,
+        _recorded_split_key(info, dataset),
     )
 
 
@@ -197,6 +208,25 @@ def _recorded_splits(info: contract.DatasetInfo, dataset: str) -> tuple:
             e,
         )
         return ()
+
+
+def _recorded_split_key(info: contract.DatasetInfo, dataset: str) -> str | None:
+    """The --split_key a dataset's conversion recorded (`options.split_key`); None if none."""
+    key = info.options.get("split_key")
+    if key is None:
+        return None
+    names = [f.name for f in info.features]
+    if not isinstance(key, str) or key not in names:
+        logger.warning(
+            "--schema_from %s: its %s records split_key %r, which is not one of its features %s: not carried; "
+            "pass --split_key",
+            dataset,
+            contract.METADATA_FILENAME,
+            key,
+            names,
+        )
+        return None
+    return key
 
 
 def _exists(path: str) -> bool:
