@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ingest.statistics import Statistics
+from ingest.statistics import Statistics, json_number, number_of
 
 __all__ = [
     "FORMAT_VERSION",
@@ -212,6 +212,8 @@ class FeatureSpec:
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
         d["shape"] = list(self.shape)
+        if self.dtype == "float32":
+            d["default"] = json_number(self.default)  # strict JSON: "NaN", "Infinity" (ingest.statistics)
         return d
 
     @classmethod
@@ -236,6 +238,8 @@ class FeatureSpec:
         _typed(d, "text", bool, where, default=False)
         kinds = {"int64": int, "float32": (int, float), "bytes": str}.get(d["dtype"], object)
         default = d.get("default")
+        if d["dtype"] == "float32" and default is not None:
+            default = d["default"] = number_of(default, f"{where}.default")
         if default is not None and (isinstance(default, bool) or not isinstance(default, kinds)):
             raise ValueError(f"{where}.default {default!r} does not fit dtype {d['dtype']!r}")
         return cls(**d)
@@ -411,10 +415,21 @@ def _laid_out(value, depth: int, indent: str) -> str:
     """`value` as JSON text: objects opened `depth` levels deep, one key a line; what lies
     deeper on one line."""
     if depth == 0 or not isinstance(value, Mapping) or not value:
-        return json.dumps(value)
+        return json.dumps(value, allow_nan=False)
     inner = indent + "  "
     items = ",\n".join(f"{inner}{json.dumps(k)}: {_laid_out(v, depth - 1, inner)}" for k, v in value.items())
     return f"{{\n{items}\n{indent}}}"
+
+
+def _strict(value):
+    """`value` with each float JSON has no number for as its string (`statistics.json_number`)."""
+    if isinstance(value, float):
+        return json_number(value)
+    if isinstance(value, Mapping):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    return value
 
 
 def _statistics_text(statistics: dict) -> str:
@@ -544,16 +559,18 @@ class DatasetInfo:
                 "label": self.label,
                 "features": [f.to_json() for f in self.features],
                 "splits": [s.to_json() for s in self.splits],
-                "source": dict(self.source),
-                "options": dict(self.options),
-                "quarantine": dict(self.quarantine),
+                # Strict JSON (RFC 8259), which JavaScript's and Go's parsers read: no bare Infinity or NaN.
+                "source": _strict(self.source),
+                "options": _strict(self.options),
+                "quarantine": _strict(self.quarantine),
                 **({"labels": list(self.labels)} if self.labels else {}),
-                **({"image": dict(self.image)} if self.image else {}),
+                **({"image": _strict(self.image)} if self.image else {}),
                 **({"warnings": list(self.warnings)} if self.warnings else {}),
                 **({"vocabularies": {k: dict(v) for k, v in self.vocabularies.items()}} if self.vocabularies else {}),
             },
             indent=2,
             sort_keys=False,
+            allow_nan=False,
         )
         if self.statistics is None:
             return text
