@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
 import json
 import re
 import struct
@@ -48,6 +49,8 @@ __all__ = [
     "IDS_SUFFIX",
     "VOCABULARY_LIMIT",
     "vocabulary_filename",
+    "vocabulary_entry",
+    "parse_vocabulary",
     "block_feature_names",
 ]
 
@@ -89,6 +92,57 @@ def block_feature_names(name: str) -> tuple:
 def vocabulary_filename(position: int) -> str:
     """The vocabulary file of the feature at `position` in the metadata's features."""
     return f"{VOCABULARIES_DIRNAME}/{position:05d}.json"
+
+
+def vocabulary_entry(rel: str, data: bytes, size: int) -> dict:
+    """The metadata's entry of a vocabulary file written as `data` (a JSON list of `size`
+    values): its path, its size, and the SHA-256 of its bytes, which `parse_vocabulary`
+    checks (a reordered file would give every id another value)."""
+    return {"file": rel, "size": size, "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def parse_vocabulary(data: bytes, entry: Mapping) -> tuple:
+    """The values of a vocabulary file, checked against its metadata entry: a JSON list of
+    distinct strings that UTF-8 holds, as many as `size`, and (datasets converted since it
+    is recorded) the bytes whose SHA-256 the conversion recorded. Raises ValueError saying
+    what does not hold."""
+    try:
+        values = json.loads(data.decode("utf-8"))
+    except ValueError as e:  # UnicodeDecodeError included
+        raise ValueError(f"it is not a JSON list of strings ({e})") from e
+    if not isinstance(values, list):
+        raise ValueError(f"it holds {_found(values)}, not a JSON list of strings")
+    for i, v in enumerate(values):
+        if not isinstance(v, str):
+            raise ValueError(f"its value {i} is {_found(v)}, not a string")
+    try:
+        "".join(values).encode("utf-8")
+    except UnicodeEncodeError:
+        i = next(i for i, v in enumerate(values) if not _encodable(v))
+        raise ValueError(f"its value {i} {values[i]!r:.80} is not text (a lone surrogate, which UTF-8 cannot hold)")
+    if len(set(values)) != len(values):
+        seen: dict = {}
+        for i, v in enumerate(values):
+            if v in seen:
+                raise ValueError(f"it lists {v!r:.80} twice (values {seen[v]} and {i}): each value must have one id")
+            seen[v] = i
+    if len(values) != entry["size"]:
+        raise ValueError(f"it holds {len(values)} values, where {METADATA_FILENAME} records {entry['size']}")
+    digest = entry.get("sha256")
+    if digest is not None and hashlib.sha256(data).hexdigest() != digest:
+        raise ValueError(
+            f"its SHA-256 is not the one {METADATA_FILENAME} records: it was changed since the conversion (reordered, "
+            "edited or replaced), and its ids would mean other values"
+        )
+    return tuple(values)
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
 
 
 COMPRESSIONS = ("none", "gzip")
@@ -476,8 +530,9 @@ class DatasetInfo:
     # conversion ran with --no_statistics, or before they existed.
     statistics: Statistics | None = None
     # Text features' vocabularies (format 4): {feature: {"file": relative path (a JSON list of
-    # the values, most frequent first), "size": values}}. Value vocabulary[i - 1] has id i;
-    # 0 is out of vocabulary. Absent for a feature with more distinct values than the limit.
+    # the values, most frequent first), "size": values, "sha256": of the file's bytes (recorded
+    # since; `parse_vocabulary` checks it)}}. Value vocabulary[i - 1] has id i; 0 is out of
+    # vocabulary. Absent for a feature with more distinct values than the limit.
     vocabularies: Mapping = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
@@ -508,8 +563,18 @@ class DatasetInfo:
             spec = next((f for f in self.features if f.name == name), None)
             if spec is None or spec.dtype != "bytes":
                 raise ValueError(f"vocabularies names {name!r}, which is not a bytes feature; features: {names}")
-            if not isinstance(v, Mapping) or not isinstance(v.get("file"), str) or not _is_int(v.get("size")):
-                raise ValueError(f"vocabularies[{name!r}] must be {{'file': path, 'size': n}}, got {v!r:.200}")
+            if (
+                not isinstance(v, Mapping)
+                or not isinstance(v.get("file"), str)
+                or not _is_int(v.get("size"))
+                or v["size"] < 0
+                or not re.fullmatch(r"[0-9a-f]{64}", v.get("sha256", "0" * 64) or "")
+                or set(v) - {"file", "size", "sha256"}
+            ):
+                raise ValueError(
+                    f"vocabularies[{name!r}] must be {{'file': path, 'size': n, 'sha256': its 64 hex digits}}, "
+                    f"got {v!r:.200}"
+                )
             _file_inside(v, "file", f"vocabularies[{name!r}]")
         for split in self.splits:
             for shard in split.shards:

@@ -121,8 +121,12 @@ def _pid_alive(pid: int) -> bool:
 
 
 def read_text(path: str) -> str:
+    return read_bytes(path).decode("utf-8")
+
+
+def read_bytes(path: str) -> bytes:
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        return f.read().decode("utf-8")
+        return f.read()
 
 
 def write_text(path: str, text: str) -> None:

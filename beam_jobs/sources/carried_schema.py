@@ -21,7 +21,6 @@ and the job use; what differs by source stays in the source (`Source.carrying`).
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from typing import Mapping
 
@@ -167,7 +166,7 @@ def load(dataset: str) -> CarriedSchema:
     job = info.source.get("job")
     storage = (info.layout, info.block_rows, info.compression)
     splits = _recorded_splits(info, dataset)
-    vocabularies = {name: _vocabulary(dataset, v["file"]) for name, v in info.vocabularies.items()}
+    vocabularies = {name: _vocabulary(dataset, name, v) for name, v in info.vocabularies.items()}
     return CarriedSchema(
         dataset,
         tuple(info.features),
@@ -181,14 +180,21 @@ def load(dataset: str) -> CarriedSchema:
     )
 
 
-def _vocabulary(dataset: str, rel: str) -> tuple:
-    path = FileSystems.join(dataset, rel)
+def _vocabulary(dataset: str, name: str, entry: Mapping) -> tuple:
+    path = FileSystems.join(dataset, entry["file"])
     try:
-        return tuple(json.loads(output_dir.read_text(path)))
+        data = output_dir.read_bytes(path)
     except Exception as e:  # Beam raises several types; a missing file among them
         raise ConversionError(
             f"--schema_from {dataset}: its vocabulary file {path} cannot be read ({e}); copy it along with the "
             "dataset, or reconvert that dataset"
+        ) from e
+    try:
+        return contract.parse_vocabulary(data, entry)
+    except ValueError as e:
+        raise ConversionError(
+            f"--schema_from {dataset}: its vocabulary file {path}, of feature {name!r}, is not the one converted: "
+            f"{e}. Restore it, or reconvert that dataset (a new schema: convert without --schema_from)"
         ) from e
 
 
