@@ -81,7 +81,7 @@ def test_the_vocabulary_lists_each_text_features_values_most_frequent_first(data
         values = table.column(name).to_pylist()
         flat = [v for row in values for v in (row if isinstance(row, list) else [row]) if v is not None]
         counts = collections.Counter(flat)
-        expected = sorted(counts, key=lambda v: (-counts[v], v.encode()))
+        expected = sorted(counts, key=lambda v: (counts[v], v.encode()), reverse=True)  # ties: larger first
         assert list(info.vocabulary(name)) == expected, name
         assert info.vocabularies[name]["size"] == len(expected)
     with pytest.raises(KeyError, match=r"feature 'x' has no vocabulary; the features that have one: \['city'"):
@@ -220,7 +220,7 @@ def test_datasets_without_vocabularies_and_the_rows_layout_are_refused_for_ids(t
 
 def test_ranked_keeps_the_carried_order_and_refuses_to_pass_the_limit():
     table = pa.table({"value": pa.array([b"b", b"c", b"a"], pa.large_binary()), "count": [5, 5, 9]})
-    assert vocab_stats.ranked(table, 10) == (("a", "b", "c"), "")
+    assert vocab_stats.ranked(table, 10) == (("a", "c", "b"), "")  # ties: the larger value first
     assert vocab_stats.ranked(table, 10, ("c", "z")) == (("c", "z", "a", "b"), "")
     values, note = vocab_stats.ranked(table, 3, ("c", "z"))
     assert values == ("c", "z") and "2 new values would pass the limit of 3" in note
@@ -250,7 +250,7 @@ def test_counts_add_up_across_chunks_and_bundles_and_drop_past_the_limit(limit):
         return
     assert dict(zip(got.column("value").to_pylist(), got.column("count").to_pylist())) == dict(truth)
     assert got.schema == pa.schema([("value", pa.large_binary()), ("count", pa.int64())])
-    ranked = sorted(truth, key=lambda v: (-truth[v], v))
+    ranked = sorted(truth, key=lambda v: (truth[v], v), reverse=True)
     assert vocab_stats.ranked(got, limit) == (tuple(v.decode() for v in ranked), "")
 
 
@@ -361,3 +361,19 @@ def test_ids_outside_the_vocabulary_in_a_block_are_refused_as_out_of_range_codes
             match=rf"block feature `city/ids` holds the id {bad} for a vocabulary of {size} values \(block 0 ",
         ):
             parse_blocks(tf.constant([block.SerializeToString()]), features, codes=True, ids={"city": size})
+
+
+def test_the_vocabulary_is_the_one_keras_stringlookup_adapt_learns_ties_included(tmp_path):
+    # Ties were ordered by the smaller value first, unlike Keras and the statistics' top.
+    import keras
+
+    rng = np.random.default_rng(3)
+    words = ["b", "a", "c", "é", "B", "aa", "ab", "z"]
+    column = [words[int(i)] for i in rng.integers(0, len(words), 64)] + ["tie1", "tie2", "tie0", "tie2", "tie1", "tie0"]
+    info = ingest.load_info(convert_table(tmp_path, pa.table({"w": column})))
+    assert len(set(collections.Counter(column).values())) < len(set(column))  # there are ties
+    lookup = keras.layers.StringLookup()
+    lookup.adapt(tf.constant(column))
+    assert list(info.vocabulary("w")) == lookup.get_vocabulary()[1:]  # [1:]: Keras' [UNK], id 0
+    top = [v.value for v in info.statistics.feature("w").top]
+    assert top == list(info.vocabulary("w"))

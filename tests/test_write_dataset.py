@@ -290,4 +290,6 @@ def test_a_str_with_a_lone_surrogate_is_quarantined_not_a_pipeline_failure(tmp):
     )
     assert "column 'tags'" in bad[1]["reason"] and "U+D800" in bad[1]["reason"]
     assert sorted(r["id"][0] for r in read_examples(tmp / "ds")) == [i for i in range(20) if i not in (3, 7)]
-    assert ingest.load_info(str(tmp / "ds")).vocabulary("name")[:1] == ("n0",)
+    assert sorted(ingest.load_info(str(tmp / "ds")).vocabulary("name")) == sorted(
+        f"n{i}" for i in range(20) if i not in (3, 7)
+    )
