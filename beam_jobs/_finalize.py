@@ -157,7 +157,11 @@ def _commit_plan(
             if index is not None:
                 moves.append((shard["index"], index))
             blocks = shard.get("blocks")
-            infos.append(contract.ShardInfo(filename, int(shard["records"]), int(shard["bytes"]), blocks, index))
+            infos.append(
+                contract.ShardInfo(
+                    filename, int(shard["records"]), int(shard["bytes"]), blocks, index, shard.get("fingerprint")
+                )
+            )
         splits.append(contract.SplitInfo(name, tuple(infos)))
         if not infos:
             empty.append(name)

@@ -36,6 +36,8 @@ __all__ = [
     "DatasetInfo",
     "shard_filename",
     "index_filename",
+    "FINGERPRINT_BYTES",
+    "shard_fingerprint",
     "BLOCK_INDEX_MAGIC",
     "BLOCK_INDEX_VERSION",
     "block_index_size",
@@ -157,6 +159,20 @@ def shard_filename(split: str, index: int, count: int, compression: str = "none"
 def index_filename(shard: str) -> str:
     """The block index written beside an uncompressed blocks-layout shard (docs/block_format.md)."""
     return shard + ".index"
+
+
+# A shard's fingerprint: the SHA-256 of its size and its first and last FINGERPRINT_BYTES
+# bytes, recorded at conversion and checked when the runtime opens the shard. Cheap (two
+# small reads, whatever the shard's size), it tells a shard swapped in from another
+# conversion (another job's records, CRCs and lengths at both ends) from the one written;
+# the records between are checked by their TFRecord CRCs as they are read.
+FINGERPRINT_BYTES = 4096
+
+
+def shard_fingerprint(size: int, head: bytes, tail: bytes) -> str:
+    """The fingerprint of a shard of `size` bytes whose first and last FINGERPRINT_BYTES
+    bytes (all of it, each, when it is smaller) are `head` and `tail`."""
+    return hashlib.sha256(struct.pack("<Q", size) + head + tail).hexdigest()
 
 
 # A shard's block index (docs/block_format.md): every block's frame length, so a reader
@@ -362,6 +378,8 @@ class ShardInfo:
     # The shard's block index (`encode_block_index`), uncompressed blocks layout only; None
     # for shards converted before indexes were written: readers scan their frame headers.
     index: str | None = None
+    # `shard_fingerprint` of the file as written; None for shards converted before it was recorded.
+    fingerprint: str | None = None
 
     @property
     def tfrecords(self) -> int:
@@ -372,7 +390,9 @@ class ShardInfo:
         d = {"filename": self.filename, "records": self.records, "bytes": self.bytes}
         if self.blocks is not None:
             d["blocks"] = self.blocks
-        return d if self.index is None else {**d, "index": self.index}
+        if self.index is not None:
+            d["index"] = self.index
+        return d if self.fingerprint is None else {**d, "fingerprint": self.fingerprint}
 
     @classmethod
     def from_json(cls, d: Mapping, where: str = "shard") -> "ShardInfo":
@@ -400,7 +420,10 @@ class ShardInfo:
             )
         if index is not None and counts["blocks"] is None:
             raise ValueError(f"{where} has an index but no blocks: only shards of the blocks layout have one")
-        return cls(filename, counts["records"], counts["bytes"], counts["blocks"], index)
+        fingerprint = _typed(d, "fingerprint", (str, type(None)), where, default=None)
+        if fingerprint is not None and not re.fullmatch(r"[0-9a-f]{64}", fingerprint):
+            raise ValueError(f"{where}.fingerprint must be 64 hexadecimal digits (a SHA-256), got {fingerprint!r:.80}")
+        return cls(filename, counts["records"], counts["bytes"], counts["blocks"], index, fingerprint)
 
 
 def _check_shard_counts(shard: ShardInfo, split: str, block_rows: int | None, compression: str) -> None:
