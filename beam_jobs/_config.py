@@ -53,6 +53,7 @@ class JobConfig:
         shared = {f.name: getattr(opts, f.name) for f in dataclasses.fields(cls) if hasattr(opts, f.name)}
         splits = _splits_of(opts, source.schema)
         decided = {
+            "split_key": _split_key_of(opts, source.schema),
             "source": source,
             "tmp_dir": tmp_dir,
             "label": label,
@@ -153,6 +154,22 @@ def _splits_of(opts: JobOptions, schema) -> tuple:
         )
         return schema.splits
     return (("train", 1.0),)
+
+
+def _split_key_of(opts: JobOptions, schema) -> str | None:
+    """The --split_key as given ('': the record content); else a carried schema's dataset's
+    (a span split by the record would put a key's records, a user's, in every split of
+    the spans read together); else None: the record content."""
+    if opts.split_key is not None:
+        return opts.split_key or None
+    if schema is not None and schema.split_key is not None:
+        logger.info(
+            "--split_key %s, as --schema_from %s was split (pass --split_key '' to split by the record)",
+            schema.split_key,
+            schema.dataset,
+        )
+        return schema.split_key
+    return None
 
 
 def _warn_if_stored_otherwise(schema, storage: tuple) -> None:

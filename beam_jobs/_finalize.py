@@ -158,7 +158,11 @@ def _commit_plan(
             if index is not None:
                 moves.append((shard["index"], index))
             blocks = shard.get("blocks")
-            infos.append(contract.ShardInfo(filename, int(shard["records"]), int(shard["bytes"]), blocks, index))
+            infos.append(
+                contract.ShardInfo(
+                    filename, int(shard["records"]), int(shard["bytes"]), blocks, index, shard.get("fingerprint")
+                )
+            )
         splits.append(contract.SplitInfo(name, tuple(infos)))
         if not infos:
             empty.append(name)
@@ -251,11 +255,14 @@ def _vocabulary_files(cfg: JobConfig, features: tuple, vocabularies: dict, fresh
             warnings.append(f"text feature {f.name!r}: {v['note']}{unused}")
         if v["values"] is None:
             continue
+        # Text features hold UTF-8 only (the sources quarantine what is not); surrogateescape
+        # would keep a stray byte as \udcXX, which load refuses (`contract.parse_vocabulary`).
         values = [b.decode("utf-8", "surrogateescape") for b in v["values"].to_pylist()]
         rel = fresh(contract.vocabulary_filename(position))
         path = _join(cfg.tmp_dir, rel)
-        output_dir.write_text(path, json.dumps(values))  # ASCII: bytes that are not UTF-8 survive as \udcXX
-        files[f.name] = (path, {"file": rel, "size": len(values)})
+        text = json.dumps(values)  # ASCII
+        output_dir.write_text(path, text)
+        files[f.name] = (path, contract.vocabulary_entry(rel, text.encode("utf-8"), len(values)))
     return files, tuple(warnings)
 
 

@@ -87,7 +87,11 @@ class JobOptions:
         cli="text",
         parse=_splits,
     )
-    split_key: str | None = _option(None, help="column whose value decides the split (default: the record content)")
+    split_key: str | None = _option(
+        None,
+        help="column whose value decides the split, so that a key's records share one (default: the record "
+        "content; with --schema_from, that dataset's --split_key; '' for the record content)",
+    )
     num_shards: int | None = _option(None, type=int, help="shards per split (default: planned from the input size)")
     target_shard_mb: float = _option(
         shard_plan.DEFAULT_TARGET_SHARD_MB, type=float, help="target shard size when planning", recorded=False

@@ -10,7 +10,7 @@ is the job's source adapter (`beam_jobs.sources`), what happens to one chunk is 
                           outputs: Fragment, {"path", "records"} of quarantine files,
                           ConversionStats (with the statistics, rows layout)
       -> GroupFragments   ((split, shard), [Fragment])      small descriptors only
-      -> CommitShards     {"split", "shard", "path", "records", "bytes", "blocks", "index"}:
+      -> CommitShards     {"split", "shard", "path", "records", "bytes", "blocks", "index", "fingerprint"}:
                           one TFRecord per (split, shard), shuffled within the shard
                           (`commit_rows`; blocks layout: rows shuffled, then cut into blocks,
                           `output.commit_blocks`, the shard's block index written beside it,
@@ -349,6 +349,8 @@ class _CommitShard(beam.DoFn):
             "blocks": blocks,
             "bytes": size,
             "index": index,
+            # Checked when the runtime opens the shard: one swapped in is refused.
+            "fingerprint": output_dir.fingerprint(path, size),
         }
 
     def _lookups(self, vocabularies: dict) -> dict:
@@ -428,7 +430,8 @@ class ConvertToTFRecords(beam.PTransform):
             | "CommitShards"
             >> beam.ParDo(_CommitShard(cfg), vocabularies, *side).with_outputs(_CommitShard.STATS, main="shards")
         )
-        # shards: {"split", "shard", "path", "records", "bytes", "blocks", "index"} of a shard in the temp dir;
+        # shards: {"split", "shard", "path", "records", "bytes", "blocks", "index", "fingerprint"} of a shard in
+        # the temp dir;
         # STATS: a blocks shard's statistics, packed
         # Global merges without CombineGlobally's defaults: the side inputs give the merge
         # of nothing instead. Its default-value branch made the pipeline slower to build

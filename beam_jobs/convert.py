@@ -74,7 +74,7 @@ def make_config(args, pipeline_options: PipelineOptions | None = None) -> JobCon
     source = adapter.open(args)
     if schema is not None:
         source = source.carrying(schema, selected=opts.columns is not None)
-    if opts.split_key is not None and opts.split_key not in source.columns:
+    if opts.split_key and opts.split_key not in source.columns:
         raise ConversionError(
             f"--split_key {opts.split_key!r}{did_you_mean(opts.split_key, source.columns)} is not a feature of "
             f"the records; features: {list(source.columns)}"

@@ -27,7 +27,7 @@ from beam_jobs._job_options import JobOptions, new_job_id
 from beam_jobs._pipeline import ConvertToTFRecords
 from beam_jobs.output import directory as output_dir
 from beam_jobs.sources import carried_schema
-from beam_jobs.sources.rows import RowsSource
+from beam_jobs.sources.rows import RowsSource, carried
 
 __all__ = ["WriteDataset"]
 
@@ -72,7 +72,8 @@ class _ToWorkItems(beam.DoFn):
 
     @staticmethod
     def _item(payload):
-        return (random.getrandbits(31), payload, None)
+        # A str UTF-8 cannot hold, wrapped: Beam's coders would fail the pipeline on it.
+        return (random.getrandbits(31), payload if isinstance(payload, pa.RecordBatch) else carried(payload), None)
 
 
 class WriteDataset(beam.PTransform):

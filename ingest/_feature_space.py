@@ -113,7 +113,7 @@ def feature_space(
         if name not in stats:
             raise ValueError(f"feature {name!r} has no statistics in {path}; features: {sorted(stats)}")
         _check_kind(name, space.preprocessors[name], info.feature(name))
-        _adapt(name, space.preprocessors[name], _with_fill(stats[name], info.feature(name)))
+        _adapt(name, space.preprocessors[name], _with_fill(stats[name], info.feature(name), as_ids=name in ids))
     # What FeatureSpace.adapt does once its layers are adapted.
     space._is_adapted = True
     space.get_encoded_features()
@@ -256,9 +256,13 @@ _SPEC_FOR = {
 }
 
 
-def _with_fill(s: FeatureStatistics, spec: contract.FeatureSpec) -> FeatureStatistics:
+def _with_fill(s: FeatureStatistics, spec: contract.FeatureSpec, *, as_ids: bool = False) -> FeatureStatistics:
     """The statistics of the values as make_dataset delivers them: a record without a
-    value holds the feature's default, which `adapt()` on the dataset would count too."""
+    value holds the feature's default, which `adapt()` on the dataset would count too.
+
+    Ties are ordered as `adapt()` orders them, the larger value first; `as_ids` (text read
+    as vocabulary ids): as their strings are, which is the smaller id first (the vocabulary
+    ranks ties the larger string first), so that ids encode each row as strings do."""
     if not s.missing or not spec.is_scalar:
         return s
     fill = spec.default
@@ -273,7 +277,8 @@ def _with_fill(s: FeatureStatistics, spec: contract.FeatureSpec) -> FeatureStati
             fill = fill.decode("utf-8")
         counts = {t.value: t.count for t in s.top}
         counts[fill] = counts.get(fill, 0) + s.missing
-        top = sorted(counts.items(), key=lambda vc: (vc[1], _order_key(vc[0])), reverse=True)
+        order = (lambda v: -v) if as_ids else _order_key
+        top = sorted(counts.items(), key=lambda vc: (vc[1], order(vc[0])), reverse=True)
         changes.update(top=tuple(ValueCount(v, c) for v, c in top), distinct=len(top))
     return dataclasses.replace(s, **changes)
 

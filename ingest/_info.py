@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 from ingest import _files, _spans, contract
 
 __all__ = ["load_info", "load_spans", "read_vocabulary", "DatasetNotFoundError", "DatasetInfoError"]
@@ -42,18 +40,19 @@ def read_vocabulary(path: str, info: contract.DatasetInfo, name: str) -> tuple:
     """The vocabulary of text feature `name` of the dataset at `path` (its metadata `info`)."""
     file = f"{str(path).rstrip('/')}/{info.vocabularies[name]['file']}"
     try:
-        values = json.loads(_files.read_bytes(file).decode("utf-8"))
-    except (OSError, ValueError) as e:
+        data = _files.read_bytes(file)
+    except OSError as e:
         raise DatasetInfoError(
             f"{file}, the vocabulary of feature {name!r}, cannot be read ({e}): copy it along with the dataset, "
             "or reconvert the dataset"
         ) from e
-    if not isinstance(values, list) or len(values) != info.vocabularies[name]["size"]:
+    try:
+        return contract.parse_vocabulary(data, info.vocabularies[name])
+    except ValueError as e:
         raise DatasetInfoError(
-            f"{file}, the vocabulary of feature {name!r}, does not hold the {info.vocabularies[name]['size']} values "
-            f"{contract.METADATA_FILENAME} says: restore it, or reconvert the dataset"
-        )
-    return tuple(values)
+            f"{file}, the vocabulary of feature {name!r}, is not the one converted: {e}. Restore it (copy it along "
+            "with the dataset), or reconvert the dataset"
+        ) from e
 
 
 def _load_one(path: str) -> contract.DatasetInfo:

@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import os
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import tensorflow as tf
 
@@ -58,8 +58,9 @@ class Request:
     # Whether the blocks' bytes columns carry dictionary codes: True (format 3), False
     # (before), None (spans of both: each block says).
     text_codes: bool | None = None
-    # The text features yielded as int64 ids of their vocabulary (`text="ids"`), not strings.
-    text_ids: frozenset = frozenset()
+    # The text features yielded as int64 ids of their vocabulary (`text="ids"`), not strings:
+    # {name: its vocabulary's size}, the largest id a block may hold (the runtime checks it).
+    text_ids: Mapping = dataclasses.field(default_factory=dict)
     # Set by ingest.stream for its worker processes, never by make_dataset's caller:
     # (k, K) reads only the windows w of the seekable order with w % K == k, and a scalar
     # int64 tf.Variable holds the pass the stream's consumer chose (read per iterator, as
@@ -212,7 +213,7 @@ def build(
 TEXT_MODES = ("strings", "ids")
 
 
-def _text_ids(view, selected, label, text: str, path) -> frozenset:
+def _text_ids(view, selected, label, text: str, path) -> dict:
     """The text features `text="ids"` yields as ids: every selected bytes feature that holds
     text, each with a vocabulary in every dataset read, the same ids in all of them (a later
     span's vocabulary extends an earlier one's: --schema_from). The label yielded apart is
@@ -220,7 +221,7 @@ def _text_ids(view, selected, label, text: str, path) -> frozenset:
     if text not in TEXT_MODES:
         raise ValueError(f"text must be one of {TEXT_MODES}, got {text!r}")
     if text == "strings":
-        return frozenset()
+        return {}
     names = [n for n in selected if n != label]
     wanted = [f for f in view.info.features if f.name in names and f.dtype == "bytes" and f.text]
     if wanted and view.info.layout != "blocks":
@@ -245,7 +246,9 @@ def _text_ids(view, selected, label, text: str, path) -> frozenset:
                     f"(text='strings', or leave it out with features=[...]) and hash it, or reconvert {span}"
                 )
         _check_vocabularies_agree(view, f.name)
-    return frozenset(f.name for f in wanted)
+    # Each vocabulary is read, and so checked (`contract.parse_vocabulary`): ids of a
+    # reordered or edited file would mean other values.
+    return {f.name: len(view.info.vocabulary(f.name)) for f in wanted}
 
 
 def _check_vocabularies_agree(view, name: str) -> None:

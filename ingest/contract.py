@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
 import json
 import re
 import struct
@@ -18,7 +19,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ingest.statistics import Statistics
+from ingest.statistics import Statistics, json_number, number_of
 
 __all__ = [
     "FORMAT_VERSION",
@@ -35,6 +36,8 @@ __all__ = [
     "DatasetInfo",
     "shard_filename",
     "index_filename",
+    "FINGERPRINT_BYTES",
+    "shard_fingerprint",
     "BLOCK_INDEX_MAGIC",
     "BLOCK_INDEX_VERSION",
     "block_index_size",
@@ -48,6 +51,8 @@ __all__ = [
     "IDS_SUFFIX",
     "VOCABULARY_LIMIT",
     "vocabulary_filename",
+    "vocabulary_entry",
+    "parse_vocabulary",
     "block_feature_names",
 ]
 
@@ -91,6 +96,57 @@ def vocabulary_filename(position: int) -> str:
     return f"{VOCABULARIES_DIRNAME}/{position:05d}.json"
 
 
+def vocabulary_entry(rel: str, data: bytes, size: int) -> dict:
+    """The metadata's entry of a vocabulary file written as `data` (a JSON list of `size`
+    values): its path, its size, and the SHA-256 of its bytes, which `parse_vocabulary`
+    checks (a reordered file would give every id another value)."""
+    return {"file": rel, "size": size, "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def parse_vocabulary(data: bytes, entry: Mapping) -> tuple:
+    """The values of a vocabulary file, checked against its metadata entry: a JSON list of
+    distinct strings that UTF-8 holds, as many as `size`, and (datasets converted since it
+    is recorded) the bytes whose SHA-256 the conversion recorded. Raises ValueError saying
+    what does not hold."""
+    try:
+        values = json.loads(data.decode("utf-8"))
+    except ValueError as e:  # UnicodeDecodeError included
+        raise ValueError(f"it is not a JSON list of strings ({e})") from e
+    if not isinstance(values, list):
+        raise ValueError(f"it holds {_found(values)}, not a JSON list of strings")
+    for i, v in enumerate(values):
+        if not isinstance(v, str):
+            raise ValueError(f"its value {i} is {_found(v)}, not a string")
+    try:
+        "".join(values).encode("utf-8")
+    except UnicodeEncodeError:
+        i = next(i for i, v in enumerate(values) if not _encodable(v))
+        raise ValueError(f"its value {i} {values[i]!r:.80} is not text (a lone surrogate, which UTF-8 cannot hold)")
+    if len(set(values)) != len(values):
+        seen: dict = {}
+        for i, v in enumerate(values):
+            if v in seen:
+                raise ValueError(f"it lists {v!r:.80} twice (values {seen[v]} and {i}): each value must have one id")
+            seen[v] = i
+    if len(values) != entry["size"]:
+        raise ValueError(f"it holds {len(values)} values, where {METADATA_FILENAME} records {entry['size']}")
+    digest = entry.get("sha256")
+    if digest is not None and hashlib.sha256(data).hexdigest() != digest:
+        raise ValueError(
+            f"its SHA-256 is not the one {METADATA_FILENAME} records: it was changed since the conversion (reordered, "
+            "edited or replaced), and its ids would mean other values"
+        )
+    return tuple(values)
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
 COMPRESSIONS = ("none", "gzip")
 _SPLIT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
@@ -103,6 +159,20 @@ def shard_filename(split: str, index: int, count: int, compression: str = "none"
 def index_filename(shard: str) -> str:
     """The block index written beside an uncompressed blocks-layout shard (docs/block_format.md)."""
     return shard + ".index"
+
+
+# A shard's fingerprint: the SHA-256 of its size and its first and last FINGERPRINT_BYTES
+# bytes, recorded at conversion and checked when the runtime opens the shard. Cheap (two
+# small reads, whatever the shard's size), it tells a shard swapped in from another
+# conversion (another job's records, CRCs and lengths at both ends) from the one written;
+# the records between are checked by their TFRecord CRCs as they are read.
+FINGERPRINT_BYTES = 4096
+
+
+def shard_fingerprint(size: int, head: bytes, tail: bytes) -> str:
+    """The fingerprint of a shard of `size` bytes whose first and last FINGERPRINT_BYTES
+    bytes (all of it, each, when it is smaller) are `head` and `tail`."""
+    return hashlib.sha256(struct.pack("<Q", size) + head + tail).hexdigest()
 
 
 # A shard's block index (docs/block_format.md): every block's frame length, so a reader
@@ -212,6 +282,8 @@ class FeatureSpec:
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
         d["shape"] = list(self.shape)
+        if self.dtype == "float32":
+            d["default"] = json_number(self.default)  # strict JSON: "NaN", "Infinity" (ingest.statistics)
         return d
 
     @classmethod
@@ -236,6 +308,8 @@ class FeatureSpec:
         _typed(d, "text", bool, where, default=False)
         kinds = {"int64": int, "float32": (int, float), "bytes": str}.get(d["dtype"], object)
         default = d.get("default")
+        if d["dtype"] == "float32" and default is not None:
+            default = d["default"] = number_of(default, f"{where}.default")
         if default is not None and (isinstance(default, bool) or not isinstance(default, kinds)):
             raise ValueError(f"{where}.default {default!r} does not fit dtype {d['dtype']!r}")
         return cls(**d)
@@ -304,6 +378,8 @@ class ShardInfo:
     # The shard's block index (`encode_block_index`), uncompressed blocks layout only; None
     # for shards converted before indexes were written: readers scan their frame headers.
     index: str | None = None
+    # `shard_fingerprint` of the file as written; None for shards converted before it was recorded.
+    fingerprint: str | None = None
 
     @property
     def tfrecords(self) -> int:
@@ -314,7 +390,9 @@ class ShardInfo:
         d = {"filename": self.filename, "records": self.records, "bytes": self.bytes}
         if self.blocks is not None:
             d["blocks"] = self.blocks
-        return d if self.index is None else {**d, "index": self.index}
+        if self.index is not None:
+            d["index"] = self.index
+        return d if self.fingerprint is None else {**d, "fingerprint": self.fingerprint}
 
     @classmethod
     def from_json(cls, d: Mapping, where: str = "shard") -> "ShardInfo":
@@ -342,7 +420,10 @@ class ShardInfo:
             )
         if index is not None and counts["blocks"] is None:
             raise ValueError(f"{where} has an index but no blocks: only shards of the blocks layout have one")
-        return cls(filename, counts["records"], counts["bytes"], counts["blocks"], index)
+        fingerprint = _typed(d, "fingerprint", (str, type(None)), where, default=None)
+        if fingerprint is not None and not re.fullmatch(r"[0-9a-f]{64}", fingerprint):
+            raise ValueError(f"{where}.fingerprint must be 64 hexadecimal digits (a SHA-256), got {fingerprint!r:.80}")
+        return cls(filename, counts["records"], counts["bytes"], counts["blocks"], index, fingerprint)
 
 
 def _check_shard_counts(shard: ShardInfo, split: str, block_rows: int | None, compression: str) -> None:
@@ -411,10 +492,21 @@ def _laid_out(value, depth: int, indent: str) -> str:
     """`value` as JSON text: objects opened `depth` levels deep, one key a line; what lies
     deeper on one line."""
     if depth == 0 or not isinstance(value, Mapping) or not value:
-        return json.dumps(value)
+        return json.dumps(value, allow_nan=False)
     inner = indent + "  "
     items = ",\n".join(f"{inner}{json.dumps(k)}: {_laid_out(v, depth - 1, inner)}" for k, v in value.items())
     return f"{{\n{items}\n{indent}}}"
+
+
+def _strict(value):
+    """`value` with each float JSON has no number for as its string (`statistics.json_number`)."""
+    if isinstance(value, float):
+        return json_number(value)
+    if isinstance(value, Mapping):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    return value
 
 
 def _statistics_text(statistics: dict) -> str:
@@ -461,8 +553,9 @@ class DatasetInfo:
     # conversion ran with --no_statistics, or before they existed.
     statistics: Statistics | None = None
     # Text features' vocabularies (format 4): {feature: {"file": relative path (a JSON list of
-    # the values, most frequent first), "size": values}}. Value vocabulary[i - 1] has id i;
-    # 0 is out of vocabulary. Absent for a feature with more distinct values than the limit.
+    # the values, most frequent first), "size": values, "sha256": of the file's bytes (recorded
+    # since; `parse_vocabulary` checks it)}}. Value vocabulary[i - 1] has id i; 0 is out of
+    # vocabulary. Absent for a feature with more distinct values than the limit.
     vocabularies: Mapping = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
@@ -493,8 +586,18 @@ class DatasetInfo:
             spec = next((f for f in self.features if f.name == name), None)
             if spec is None or spec.dtype != "bytes":
                 raise ValueError(f"vocabularies names {name!r}, which is not a bytes feature; features: {names}")
-            if not isinstance(v, Mapping) or not isinstance(v.get("file"), str) or not _is_int(v.get("size")):
-                raise ValueError(f"vocabularies[{name!r}] must be {{'file': path, 'size': n}}, got {v!r:.200}")
+            if (
+                not isinstance(v, Mapping)
+                or not isinstance(v.get("file"), str)
+                or not _is_int(v.get("size"))
+                or v["size"] < 0
+                or not re.fullmatch(r"[0-9a-f]{64}", v.get("sha256", "0" * 64) or "")
+                or set(v) - {"file", "size", "sha256"}
+            ):
+                raise ValueError(
+                    f"vocabularies[{name!r}] must be {{'file': path, 'size': n, 'sha256': its 64 hex digits}}, "
+                    f"got {v!r:.200}"
+                )
             _file_inside(v, "file", f"vocabularies[{name!r}]")
         for split in self.splits:
             for shard in split.shards:
@@ -544,16 +647,18 @@ class DatasetInfo:
                 "label": self.label,
                 "features": [f.to_json() for f in self.features],
                 "splits": [s.to_json() for s in self.splits],
-                "source": dict(self.source),
-                "options": dict(self.options),
-                "quarantine": dict(self.quarantine),
+                # Strict JSON (RFC 8259), which JavaScript's and Go's parsers read: no bare Infinity or NaN.
+                "source": _strict(self.source),
+                "options": _strict(self.options),
+                "quarantine": _strict(self.quarantine),
                 **({"labels": list(self.labels)} if self.labels else {}),
-                **({"image": dict(self.image)} if self.image else {}),
+                **({"image": _strict(self.image)} if self.image else {}),
                 **({"warnings": list(self.warnings)} if self.warnings else {}),
                 **({"vocabularies": {k: dict(v) for k, v in self.vocabularies.items()}} if self.vocabularies else {}),
             },
             indent=2,
             sort_keys=False,
+            allow_nan=False,
         )
         if self.statistics is None:
             return text

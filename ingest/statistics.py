@@ -6,14 +6,81 @@ Numbers are over the values present (list features: every element); `mean`, `std
 `quantiles` leave out NaN and infinities, which `nan` and `inf` count (`neg_inf` those
 of them that are -inf); `min` and `max` leave out NaN only: -inf or +inf when there is one.
 Pure Python: Beam workers read it without TensorFlow.
+
+The file is strict JSON (RFC 8259), which has no infinity or NaN: a number that is not
+finite is written as the string "Infinity", "-Infinity" or "NaN", protobuf's JSON mapping
+of float fields, and read back as a float. (Metadata written before held them as bare
+`Infinity` tokens, which Python reads and JavaScript's and Go's parsers refuse; it still
+loads.) Every field is type-checked on load, naming the feature and the field.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Mapping
 
-__all__ = ["ValueCount", "Lengths", "FeatureStatistics", "Statistics"]
+__all__ = ["ValueCount", "Lengths", "FeatureStatistics", "Statistics", "json_number", "number_of"]
+
+# Strict JSON's spelling of the numbers it has none for (protobuf's JSON mapping).
+_NON_FINITE = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}
+
+
+def json_number(x):
+    """A number as strict JSON holds it: as it is if finite, else "Infinity", "-Infinity" or "NaN"."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return "NaN" if math.isnan(x) else ("Infinity" if x > 0 else "-Infinity")
+    return x
+
+
+def number_of(value, where: str, *, finite: bool = False, minimum: float | None = None):
+    """A number read from the metadata (a non-finite one from its string), or a ValueError
+    saying where it is and what was found. `finite`: only finite numbers are valid."""
+    if isinstance(value, str) and value in _NON_FINITE and not finite:
+        return _NON_FINITE[value]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        spelled = "a finite number" if finite else 'a number (or "Infinity", "-Infinity", "NaN")'
+        raise ValueError(f"{where} must be {spelled}, got {_shown(value)}")
+    if finite and not math.isfinite(value):
+        raise ValueError(f"{where} must be a finite number, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{where} must be at least {minimum}, got {value!r}")
+    return value
+
+
+def _shown(value) -> str:
+    kind = {
+        str: "a string",
+        list: "a list",
+        dict: "an object",
+        bool: "true or false",
+        type(None): "null",
+        int: "an integer",
+        float: "a number",
+    }
+    return f"{kind.get(type(value), type(value).__name__)} {value!r:.80}"
+
+
+def _count(d: Mapping, key: str, where: str, *, required: bool = False):
+    value = d.get(key)
+    if value is None and not required:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{where}.{key} must be a non-negative integer, got {_shown(value)}")
+    return value
+
+
+def _number_list(value, where: str, *, finite: bool = False) -> tuple:
+    if not isinstance(value, list):
+        raise ValueError(f"{where} must be a list of numbers, got {_shown(value)}")
+    return tuple(number_of(x, f"{where}[{i}]", finite=finite) for i, x in enumerate(value))
+
+
+def _flag(d: Mapping, key: str, where: str):
+    value = d.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise ValueError(f"{where}.{key} must be true, false or null, got {_shown(value)}")
+    return value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,27 +148,54 @@ class FeatureStatistics:
 
     @classmethod
     def from_json(cls, d: Mapping, where: str) -> "FeatureStatistics":
+        """Parses and type-checks one feature's statistics; a ValueError names `where` and the field."""
         if not isinstance(d, Mapping):
-            raise ValueError(f"{where} must be an object, got {type(d).__name__}")
+            raise ValueError(f"{where} must be an object, got {_shown(d)}")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"{where} has unknown key(s) {unknown}; known keys: {sorted(known)}")
-        for key in ("count", "missing"):
-            if not isinstance(d.get(key), int) or d[key] < 0:
-                raise ValueError(f"{where}.{key} must be a non-negative integer, got {d.get(key)!r}")
-        out = dict(d)
-        out["quantiles"] = tuple(d.get("quantiles") or ())
-        try:
-            out["top"] = tuple(ValueCount(t["value"], int(t["count"])) for t in d.get("top") or ())
-            for key in ("length", "list_length"):
-                if d.get(key) is not None:
-                    lengths = dict(d[key])
-                    lengths["quantiles"] = tuple(lengths.get("quantiles") or ())
-                    out[key] = Lengths(**lengths)
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"{where} is malformed: {e}") from e
+        out = {key: _count(d, key, where, required=True) for key in ("count", "missing")}
+        for key in ("values", "zeros", "nan", "inf", "neg_inf", "distinct"):
+            out[key] = _count(d, key, where)
+        for key in ("min", "max", "mean", "std"):
+            if d.get(key) is not None:
+                out[key] = number_of(d[key], f"{where}.{key}", minimum=0 if key == "std" else None)
+        out["quantiles"] = _number_list(d.get("quantiles") or [], f"{where}.quantiles")
+        for key in ("distinct_exact", "top_exact"):
+            out[key] = _flag(d, key, where)
+        top = d.get("top") or []
+        if not isinstance(top, list):
+            raise ValueError(f"{where}.top must be a list of {{'value', 'count'}}, got {_shown(top)}")
+        out["top"] = tuple(_value_count(t, f"{where}.top[{i}]") for i, t in enumerate(top))
+        for key in ("length", "list_length"):
+            if d.get(key) is not None:
+                out[key] = _lengths(d[key], f"{where}.{key}")
         return cls(**out)
+
+
+def _value_count(t, where: str) -> ValueCount:
+    if not isinstance(t, Mapping) or set(t) != {"value", "count"}:
+        raise ValueError(f"{where} must be an object with 'value' and 'count', got {_shown(t)}")
+    value = t["value"]
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise ValueError(f"{where}.value must be a string (text) or an integer (int64), got {_shown(value)}")
+    return ValueCount(value, _count(t, "count", where, required=True))
+
+
+def _lengths(d, where: str) -> Lengths:
+    if not isinstance(d, Mapping):
+        raise ValueError(f"{where} must be an object, got {_shown(d)}")
+    unknown = sorted(set(d) - {f.name for f in dataclasses.fields(Lengths)})
+    if unknown:
+        raise ValueError(f"{where} has unknown key(s) {unknown}; known keys: ['max', 'mean', 'min', 'quantiles']")
+    mean = d.get("mean")
+    return Lengths(
+        min=_count(d, "min", where),
+        max=_count(d, "max", where),
+        mean=None if mean is None else number_of(mean, f"{where}.mean", finite=True, minimum=0),
+        quantiles=_number_list(d.get("quantiles") or [], f"{where}.quantiles", finite=True),
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,10 +228,12 @@ class Statistics:
         if not isinstance(d, Mapping) or not isinstance(d.get("overall"), Mapping):
             raise ValueError(f"{where} must be an object with 'overall' and 'splits'")
         splits = d.get("splits") or {}
+        if not isinstance(splits, Mapping) or not all(isinstance(f, Mapping) for f in splits.values()):
+            raise ValueError(f"{where}.splits must be an object of {{split: {{feature: statistics}}}}")
         return cls(
-            overall={n: FeatureStatistics.from_json(s, f"{where}.overall.{n}") for n, s in d["overall"].items()},
+            overall={n: FeatureStatistics.from_json(s, f"{where}.overall[{n!r}]") for n, s in d["overall"].items()},
             splits={
-                split: {n: FeatureStatistics.from_json(s, f"{where}.splits.{split}.{n}") for n, s in f.items()}
+                split: {n: FeatureStatistics.from_json(s, f"{where}.splits[{split!r}][{n!r}]") for n, s in f.items()}
                 for split, f in splits.items()
             },
         )
@@ -153,8 +249,10 @@ def _json(s: FeatureStatistics) -> dict:
             v = [{"value": t.value, "count": t.count} for t in v]
         elif isinstance(v, Lengths):
             v = {k: list(x) if isinstance(x, tuple) else x for k, x in dataclasses.asdict(v).items() if x != ()}
-        elif isinstance(v, tuple):
-            v = list(v)
+        elif f.name == "quantiles":
+            v = [json_number(x) for x in v]
+        elif f.name in ("min", "max", "mean", "std"):
+            v = json_number(v)
         out[f.name] = v
     return out
 

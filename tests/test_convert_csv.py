@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 
+from beam_jobs import convert
 from beam_jobs.convert import ConversionError
 from ingest import contract
 from tests.conftest import quarantine_lines, read_examples, read_shard, run_convert, write_text
@@ -533,3 +534,24 @@ def test_a_text_label_without_statistics_records_why_it_has_no_classes(tmp, capl
     with caplog.at_level(logging.WARNING, logger="ingest._request"):
         _, y = next(iter(ingest.make_dataset(str(tmp / "ds"), batch_size=3, shuffle=False)))
     assert sorted(y.numpy()) == [b"a", b"a", b"b"] and "is yielded as text" in caplog.text
+
+
+def test_the_default_null_markers_are_listed_in_help_and_docs_and_null_values_empty_turns_them_off(tmp):
+    # The markers were read as missing values without --help or the docs saying which.
+    markers = ["NA", "N/A", "null", "NULL"]
+    helptext = " ".join(convert.build_parser().format_help().split())
+    assert "(default: NA,N/A,null,NULL)" in helptext and "'' for none" in helptext
+    docs = open(os.path.join(os.path.dirname(__file__), "..", "docs", "conversion.md")).read()
+    assert all(f"`{m}`" in docs for m in markers) and "`--null_values ''`" in docs
+    src = write_text(tmp / "in" / "a.csv", "k,v\n" + "".join(f"{i},{m}\n" for i, m in enumerate(markers)) + '9,"NA"\n')
+    rows = {r["k"][0]: r for r in read_examples(_convert_to(src, tmp / "default"))}
+    assert all("v" not in rows[i] for i in range(4)) and rows[9]["v"] == [b"NA"]
+    rows = {r["k"][0]: r for r in read_examples(_convert_to(src, tmp / "none", "--null_values", ""))}
+    assert [rows[i]["v"] for i in (0, 1, 2, 3, 9)] == [[m.encode()] for m in markers] + [[b"NA"]]
+    rows = {r["k"][0]: r for r in read_examples(_convert_to(src, tmp / "given", "--null_values", "N/A"))}
+    assert "v" not in rows[1] and rows[0]["v"] == [b"NA"] and rows[2]["v"] == [b"null"]
+
+
+def _convert_to(src, out, *args) -> str:
+    run_convert("--source", "csv", "--input", src, "--output", out, *args)
+    return str(out)

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import ingest
 from beam_jobs.convert import ConversionError
 from ingest import contract
 from tests.conftest import convert_table, quarantine_lines, read_examples, run_convert
@@ -249,3 +250,41 @@ def test_a_column_name_a_file_repeats_is_refused_naming_the_file(tmp):
         convert_table(tmp, table)
     convert_table(tmp, table, "--columns", "b")
     assert sorted(r["b"][0] for r in read_examples(tmp / "ds")) == [3, 4]
+
+
+def _string_column(values) -> pa.Array:
+    """A Parquet `string` column holding these bytes as they are: Arrow's writers do not
+    check that a string column's bytes are UTF-8 (nor do pandas' or Spark's, from bytes)."""
+    data = pa.array(values, pa.binary())
+    return pa.Array.from_buffers(pa.string(), len(data), data.buffers())
+
+
+def test_invalid_utf8_in_a_string_column_is_quarantined_and_a_later_schema_from_job_runs(tmp):
+    # It was counted into the column's vocabulary as 'caf\udce9', which no later
+    # --schema_from job could encode ('surrogates not allowed', naming no file or feature).
+    table = pa.table(
+        {
+            "id": pa.array(range(6)),
+            "city": _string_column([b"Paris", b"caf\xe9", b"Paris", b"Lyon", None, b"Nice"]),
+            "tags": pa.ListArray.from_arrays(
+                pa.array([0, 1, 2, 3, 4, 6, 7], pa.int32()),
+                _string_column([b"a", b"b", b"c", b"d", b"ok", b"\xff\xfe", b"e"]),
+            ),
+        }
+    )
+    ds = convert_table(tmp, table, "--max_bad_fraction", "0.5")
+    bad = {q["row"]: q for q in quarantine_lines(ds)}
+    assert set(bad) == {2, 5} and all(q["kind"] == "utf8" and q["source"].endswith("a.parquet") for q in bad.values())
+    assert re.search(
+        r"column 'city': b'caf\\xe9' is not valid UTF-8 \(byte 0xe9 at offset 3\).*write the text as UTF-8",
+        bad[2]["reason"],
+    )
+    assert "column 'tags'" in bad[5]["reason"] and "caf" in bad[2]["raw"]
+    info = ingest.load_info(ds)
+    assert info.vocabulary("city") == ("Paris", "Nice", "Lyon")
+    assert sorted(r["id"][0] for r in read_examples(ds)) == [0, 2, 3, 5] and info.quarantine["records"] == 2
+    pq.write_table(table.slice(0, 1), tmp / "day2.parquet")
+    day2 = run_convert(
+        "--source", "parquet", "--input", tmp / "day2.parquet", "--output", tmp / "day2", "--schema_from", ds
+    )
+    assert day2.split("train").records == 1

@@ -8,6 +8,7 @@ the test instead of hanging the suite.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -393,3 +394,29 @@ def test_empty_split_is_a_clear_error_naming_it_and_the_splits_with_records(copy
     ):
         ingest.make_dataset(copy, batch_size=8, split="test")
     assert len(_ids(ingest.make_dataset(copy, batch_size=100))) == N
+
+
+@pytest.mark.parametrize("layout, compression", [("blocks", "none"), ("rows", "gzip")])
+def test_each_shard_records_a_fingerprint_of_its_size_and_ends_that_tells_a_same_size_swap(
+    tmp_path, layout, compression
+):
+    # Two conversions of 600 six-digit ints (3-byte varints): same names, counts and sizes, other rows.
+    shards = []
+    for name, first in (("a", 100_000), ("b", 500_000)):
+        src = write_text(tmp_path / f"{name}.csv", "v\n" + "".join(f"{first + 7 * i}\n" for i in range(600)))
+        args = ("--layout", layout, "--compression", compression, "--no_shuffle")
+        run_convert("--source", "csv", "--input", src, "--output", tmp_path / name, *args)
+        (shard,) = ingest.load_info(str(tmp_path / name)).split("train").shards
+        data = open(tmp_path / name / shard.filename, "rb").read()
+        n = 4096  # the ends: an independent computation of the documented fingerprint
+        expected = hashlib.sha256(len(data).to_bytes(8, "little") + data[:n] + data[-n:]).hexdigest()
+        assert shard.fingerprint == expected and shard.bytes == len(data)
+        shards.append(shard)
+    assert shards[0].fingerprint != shards[1].fingerprint
+    assert compression == "gzip" or shards[0].bytes == shards[1].bytes  # gzip: sizes differ too
+    text = ingest.load_info(str(tmp_path / "a")).to_json()
+    assert ingest.DatasetInfo.from_json(text).split("train").shards[0] == shards[0]
+    meta = json.loads(text)
+    meta["splits"][0]["shards"][0]["fingerprint"] = "lots"
+    with pytest.raises(ValueError, match=r"shards\[0\]\.fingerprint must be 64 hexadecimal digits"):
+        ingest.DatasetInfo.from_json(json.dumps(meta))

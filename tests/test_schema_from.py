@@ -499,3 +499,31 @@ def test_the_schemas_splits_are_carried_unless_splits_is_given(tmp):
     numbers = ("precipitation", "temp_max", "temp_min", "wind")
     rows = [{c: float(d[c]) if c in numbers else d[c] for c in _COLUMNS} for d in _august()]
     assert [s.name for s in _write(rows, tmp / "written", schema_from=str(tmp / "first")).splits] == ["train", "eval"]
+
+
+def _users(path, day: int) -> str:
+    """A day of 40 users' events, 3 each: `user`, `day`, `v`."""
+    return write_text(path, "user,day,v\n" + "".join(f"u{i % 40},{day},{i}\n" for i in range(120)))
+
+
+def _users_by_split(dataset) -> dict:
+    return {s: {r["user"][0] for r in read_examples(dataset, s)} for s in ("train", "eval")}
+
+
+def test_the_schemas_split_key_is_carried_unless_split_key_is_given(tmp):
+    # Without it day 2 split by the record: every user in both train and eval of the spans read together.
+    _csv(_users(tmp / "d1.csv", 1), tmp / "day1", "--splits", "train=0.5,eval=0.5", "--split_key", "user")
+    day2 = _users(tmp / "d2.csv", 2)
+    info = _csv(day2, tmp / "day2", "--schema_from", tmp / "day1")
+    assert info.options["split_key"] == "user"
+    days = [_users_by_split(tmp / "day1"), _users_by_split(tmp / "day2")]
+    assert days[0] == days[1] and days[1]["train"] and days[1]["eval"] and not days[1]["train"] & days[1]["eval"]
+    # WriteDataset's keyword is the same declared option, carried the same way.
+    rows = [{"user": f"u{i % 40}", "day": 3, "v": i} for i in range(120)]
+    assert _write(rows, tmp / "day3", schema_from=str(tmp / "day1")).options["split_key"] == "user"
+    assert _users_by_split(tmp / "day3") == days[0]
+    # Given, it overrides: another column, or '' for the record content (a user in both splits).
+    assert _csv(day2, tmp / "by_v", "--schema_from", tmp / "day1", "--split_key", "v").options["split_key"] == "v"
+    info = _csv(day2, tmp / "by_record", "--schema_from", tmp / "day1", "--split_key", "")
+    by_record = _users_by_split(tmp / "by_record")
+    assert info.options["split_key"] is None and by_record["train"] & by_record["eval"]

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import subprocess
 
 import numpy as np
 import pandas as pd
@@ -400,7 +402,7 @@ def test_statistics_round_trip_and_a_malformed_entry_is_named(converted, tmp_pat
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "dataset_info.json").write_text(json.dumps(meta))
-    with pytest.raises(ingest.DatasetInfoError, match=r"metadata\.statistics\.splits\.eval\.x\.count must be"):
+    with pytest.raises(ingest.DatasetInfoError, match=r"metadata\.statistics\.splits\['eval'\]\['x'\]\.count must be"):
         ingest.load_info(str(broken))
 
 
@@ -571,3 +573,80 @@ def test_describe_escapes_pipes_and_plot_names_the_features_it_leaves_out(tmp, c
         "blob (bytes: only its distinct count is recorded)"
     ), left
     assert "wrote " + str(tmp / "d.png") + " (24 features)" in out and os.path.getsize(tmp / "d.png") > 0
+
+
+def _strict_json(text: str):
+    """json.loads as RFC 8259 reads: a bare Infinity, -Infinity or NaN is an error (JavaScript's
+    JSON.parse and Go's encoding/json refuse them; Python reads them by default)."""
+
+    def refuse(token):
+        raise ValueError(f"not strict JSON: bare {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.fixture(scope="module")
+def infinite(tmp_path_factory) -> str:
+    """A small dataset whose float column holds -inf, +inf and NaN."""
+    root = tmp_path_factory.mktemp("inf")
+    src = root / "in.csv"
+    src.write_text("x,n\n" + "".join(f"{v},{i}\n" for i, v in enumerate(["1.5", "-inf", "inf", "nan", "2.5", "0"])))
+    run_convert("--source", "csv", "--input", src, "--output", root / "ds")
+    return str(root / "ds")
+
+
+def test_metadata_is_strict_json_with_the_infinities_as_strings_read_back_as_floats(infinite, tmp_path):
+    # They were written as bare Infinity tokens, which JavaScript's and Go's parsers refuse.
+    text = open(os.path.join(infinite, "dataset_info.json")).read()
+    x = _strict_json(text)["statistics"]["overall"]["x"]
+    assert (x["min"], x["max"], x["nan"], x["inf"], x["neg_inf"]) == ("-Infinity", "Infinity", 1, 2, 1)
+    st = ingest.load_info(infinite).statistics.feature("x")
+    assert st.min == -np.inf and st.max == np.inf and st.mean == pytest.approx(4 / 3)
+    if shutil.which("node"):  # the reader the convention is for, where there is one
+        subprocess.run(
+            ["node", "-e", "JSON.parse(require('fs').readFileSync(0, 'utf8'))"], input=text, text=True, check=True
+        )
+    # Metadata written before (bare tokens, which Python reads) still loads, to the same statistics.
+    old = tmp_path / "old"
+    shutil.copytree(infinite, old)
+    (old / "dataset_info.json").write_text(
+        json.dumps(json.loads(text.replace('"-Infinity"', "-Infinity").replace('"Infinity"', "Infinity")))
+    )
+    assert "Infinity," in (old / "dataset_info.json").read_text()
+    assert ingest.load_info(str(old)).statistics == ingest.load_info(infinite).statistics
+    # A float32 default that is not finite is written and read the same way.
+    info = ingest.DatasetInfo(features=(ingest.FeatureSpec("x", "float32", default=float("-inf")),), splits=())
+    assert _strict_json(info.to_json())["features"][0]["default"] == "-Infinity"
+    assert ingest.DatasetInfo.from_json(info.to_json()).features[0].default == -np.inf
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        (
+            "mean",
+            "lots",
+            r"\['x'\]\.mean must be a number \(or \"Infinity\", \"-Infinity\", \"NaN\"\), got a string 'lots'",
+        ),
+        ("std", -1.0, r"\['x'\]\.std must be at least 0, got -1\.0"),
+        ("min", True, r"\['x'\]\.min must be a number .*got true or false True"),
+        ("quantiles", [1.0, "2"], r"\['x'\]\.quantiles\[1\] must be a number"),
+        ("nan", 1.5, r"\['x'\]\.nan must be a non-negative integer, got a number 1\.5"),
+        ("distinct_exact", "yes", r"\['x'\]\.distinct_exact must be true, false or null"),
+        ("top", [{"value": 1, "count": "3"}], r"\['x'\]\.top\[0\]\.count must be a non-negative integer"),
+        ("length", {"min": 0, "max": 3, "mean": "x"}, r"\['x'\]\.length\.mean must be a finite number"),
+    ],
+)
+def test_every_statistics_field_is_type_checked_on_load_naming_file_feature_and_field(
+    infinite, tmp_path, field, value, message
+):
+    # `mean = "lots"` was loaded, and failed later in describe or feature_space.
+    meta = json.loads(open(os.path.join(infinite, "dataset_info.json")).read())
+    meta["statistics"]["overall"]["x"][field] = value
+    broken = tmp_path / "broken"
+    shutil.copytree(infinite, broken)
+    (broken / "dataset_info.json").write_text(json.dumps(meta))
+    with pytest.raises(
+        ingest.DatasetInfoError, match=r"broken/dataset_info\.json .*metadata\.statistics\.overall" + message
+    ):
+        ingest.load_info(str(broken))

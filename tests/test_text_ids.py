@@ -8,14 +8,18 @@ its position in `load_info(path).vocabulary(name)` plus one, 0 is out of vocabul
 from __future__ import annotations
 
 import collections
+import json
 import os
+import shutil
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import tensorflow as tf
 
 import ingest
+from beam_jobs.convert import ConversionError
 from beam_jobs.stats import vocabulary as vocab_stats
 from tests.conftest import convert_table, run_convert
 from tests.test_spans import _as_format_2
@@ -77,7 +81,7 @@ def test_the_vocabulary_lists_each_text_features_values_most_frequent_first(data
         values = table.column(name).to_pylist()
         flat = [v for row in values for v in (row if isinstance(row, list) else [row]) if v is not None]
         counts = collections.Counter(flat)
-        expected = sorted(counts, key=lambda v: (-counts[v], v.encode()))
+        expected = sorted(counts, key=lambda v: (counts[v], v.encode()), reverse=True)  # ties: larger first
         assert list(info.vocabulary(name)) == expected, name
         assert info.vocabularies[name]["size"] == len(expected)
     with pytest.raises(KeyError, match=r"feature 'x' has no vocabulary; the features that have one: \['city'"):
@@ -237,7 +241,7 @@ def test_datasets_without_vocabularies_and_the_rows_layout_are_refused_for_ids(t
 
 def test_ranked_keeps_the_carried_order_and_refuses_to_pass_the_limit():
     table = pa.table({"value": pa.array([b"b", b"c", b"a"], pa.large_binary()), "count": [5, 5, 9]})
-    assert vocab_stats.ranked(table, 10) == (("a", "b", "c"), "")
+    assert vocab_stats.ranked(table, 10) == (("a", "c", "b"), "")  # ties: the larger value first
     assert vocab_stats.ranked(table, 10, ("c", "z")) == (("c", "z", "a", "b"), "")
     values, note = vocab_stats.ranked(table, 3, ("c", "z"))
     assert values == ("c", "z") and "2 new values would pass the limit of 3" in note
@@ -267,7 +271,7 @@ def test_counts_add_up_across_chunks_and_bundles_and_drop_past_the_limit(limit):
         return
     assert dict(zip(got.column("value").to_pylist(), got.column("count").to_pylist())) == dict(truth)
     assert got.schema == pa.schema([("value", pa.large_binary()), ("count", pa.int64())])
-    ranked = sorted(truth, key=lambda v: (-truth[v], v))
+    ranked = sorted(truth, key=lambda v: (truth[v], v), reverse=True)
     assert vocab_stats.ranked(got, limit) == (tuple(v.decode() for v in ranked), "")
 
 
@@ -293,3 +297,104 @@ def test_feature_space_of_ids_encodes_each_row_as_that_of_strings_does(dataset):
         np.testing.assert_array_equal(np.asarray(a[name]), np.asarray(b[name]))
     chosen = ingest.feature_space(dataset, text="ids")  # defaults: url has too many values to one-hot
     assert isinstance(chosen.preprocessors["url"], keras.layers.Hashing)
+
+
+def _edited_copy(dataset, dst, feature: str, edit, *, metadata=None) -> str:
+    """A copy of `dataset` whose vocabulary file of `feature` is `edit(values)` (a JSON value)."""
+    shutil.copytree(dataset, dst)
+    info = json.loads(open(os.path.join(dst, "dataset_info.json")).read())
+    file = os.path.join(dst, info["vocabularies"][feature]["file"])
+    values = json.loads(open(file).read())
+    with open(file, "w") as f:
+        json.dump(edit(values), f)
+    if metadata is not None:
+        metadata(info)
+        with open(os.path.join(dst, "dataset_info.json"), "w") as f:
+            json.dump(info, f)
+    return str(dst)
+
+
+@pytest.mark.parametrize(
+    "edit, why",
+    [
+        (lambda v: [v[1], v[0]] + v[2:], r"its SHA-256 is not the one dataset_info\.json records: it was changed"),
+        (lambda v: v[:-1] + [v[0]], r"it lists 'w0' twice \(values 0 and \d+\): each value must have one id"),
+        (lambda v: [3] + v[1:], r"its value 0 is an integer 3, not a string"),
+        (lambda v: v[:-1], r"it holds \d+ values, where dataset_info\.json records \d+"),
+        (lambda v: {"values": v}, r"it holds an object .*, not a JSON list of strings"),
+    ],
+    ids=["reordered", "duplicated", "retyped", "shortened", "not_a_list"],
+)
+def test_a_vocabulary_file_changed_since_the_conversion_is_refused_naming_it(dataset, tmp_path, edit, why):
+    # A reordered file gave every id another value, silently; a duplicated one two ids to a value.
+    edited = _edited_copy(dataset, tmp_path / "ds", "city", edit)
+    file = r"ds/vocabularies/\d+\.json, the vocabulary of feature 'city', is not the one converted: "
+    with pytest.raises(ingest.DatasetInfoError, match=file + why + r".*Restore it"):
+        ingest.load_info(edited).vocabulary("city")
+    with pytest.raises(ingest.DatasetInfoError, match=file + why):
+        ingest.make_dataset(edited, batch_size=10, text="ids", features=["id", "city"])
+    table = _table(2)
+    pq.write_table(table, tmp_path / "day2.parquet")
+    with pytest.raises(
+        ConversionError,
+        match=r"--schema_from .*ds: its vocabulary file .*vocabularies/\d+\.json, of "
+        r"feature 'city', is not the one converted: " + why,
+    ):
+        run_convert(
+            "--source",
+            "parquet",
+            "--input",
+            tmp_path / "day2.parquet",
+            "--output",
+            tmp_path / "day2",
+            "--schema_from",
+            edited,
+        )
+    assert ingest.load_info(edited).vocabulary("tags")  # the others still read
+
+
+def test_a_vocabulary_without_a_recorded_checksum_reads_as_before_with_the_other_checks(dataset, tmp_path):
+    def unrecorded(info):
+        for v in info["vocabularies"].values():
+            del v["sha256"]
+
+    old = _edited_copy(dataset, tmp_path / "old", "city", lambda v: v, metadata=unrecorded)
+    assert ingest.load_info(old).vocabulary("city") == ingest.load_info(dataset).vocabulary("city")
+    dup = _edited_copy(dataset, tmp_path / "dup", "city", lambda v: v[:-1] + [v[0]], metadata=unrecorded)
+    with pytest.raises(ingest.DatasetInfoError, match=r"it lists 'w0' twice"):
+        ingest.load_info(dup).vocabulary("city")
+
+
+def test_ids_outside_the_vocabulary_in_a_block_are_refused_as_out_of_range_codes_are(dataset):
+    from ingest.blocks.parse import parse_blocks
+
+    info = ingest.load_info(dataset)
+    shard = os.path.join(dataset, info.split("train").shards[0].filename)
+    block = tf.train.Example.FromString(next(iter(tf.data.TFRecordDataset(shard))).numpy())
+    features = [info.feature("id"), info.feature("city")]
+    size = info.vocabularies["city"]["size"]
+    good = parse_blocks(tf.constant([block.SerializeToString()]), features, codes=True, ids={"city": size})
+    assert int(tf.reduce_max(good["city"])) <= size
+    for bad in (size + 1, -1):
+        block.features.feature["city/ids"].int64_list.value[-1] = bad
+        with pytest.raises(
+            tf.errors.InvalidArgumentError,
+            match=rf"block feature `city/ids` holds the id {bad} for a vocabulary of {size} values \(block 0 ",
+        ):
+            parse_blocks(tf.constant([block.SerializeToString()]), features, codes=True, ids={"city": size})
+
+
+def test_the_vocabulary_is_the_one_keras_stringlookup_adapt_learns_ties_included(tmp_path):
+    # Ties were ordered by the smaller value first, unlike Keras and the statistics' top.
+    import keras
+
+    rng = np.random.default_rng(3)
+    words = ["b", "a", "c", "é", "B", "aa", "ab", "z"]
+    column = [words[int(i)] for i in rng.integers(0, len(words), 64)] + ["tie1", "tie2", "tie0", "tie2", "tie1", "tie0"]
+    info = ingest.load_info(convert_table(tmp_path, pa.table({"w": column})))
+    assert len(set(collections.Counter(column).values())) < len(set(column))  # there are ties
+    lookup = keras.layers.StringLookup()
+    lookup.adapt(tf.constant(column))
+    assert list(info.vocabulary("w")) == lookup.get_vocabulary()[1:]  # [1:]: Keras' [UNK], id 0
+    top = [v.value for v in info.statistics.feature("w").top]
+    assert top == list(info.vocabulary("w"))

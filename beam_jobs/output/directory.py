@@ -121,8 +121,22 @@ def _pid_alive(pid: int) -> bool:
 
 
 def read_text(path: str) -> str:
+    return read_bytes(path).decode("utf-8")
+
+
+def fingerprint(path: str, size: int) -> str:
+    """`contract.shard_fingerprint` of the file at `path`, of `size` bytes: two small reads."""
+    n = contract.FINGERPRINT_BYTES
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        return f.read().decode("utf-8")
+        head = f.read(min(n, size))
+        f.seek(max(0, size - n))
+        tail = f.read(n)
+    return contract.shard_fingerprint(size, head, tail)
+
+
+def read_bytes(path: str) -> bytes:
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        return f.read()
 
 
 def write_text(path: str, text: str) -> None:

@@ -21,6 +21,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs._errors import ConversionError, storage_error
+from beam_jobs.sources import column_types
 from beam_jobs.sources.readers import Chunk
 from ingest.names import did_you_mean
 
@@ -138,8 +139,14 @@ class Source:
         raise NotImplementedError
 
     def row_text(self, chunk, i: int) -> str:
-        """Row `i` of a chunk as the quarantine shows it: JSON of its values."""
-        return json_row(chunk.batch.slice(i, 1).to_pylist()[0])
+        """Row `i` of a chunk as the quarantine shows it: JSON of its values (text that is
+        not UTF-8 as bytes, escaped)."""
+        row = chunk.batch.slice(i, 1)
+        try:
+            return json_row(row.to_pylist()[0])
+        except UnicodeDecodeError:
+            columns = zip(row.schema.names, row.columns)
+            return json_row({name: column_types.as_binary(col).to_pylist()[0] for name, col in columns})
 
     def expand_items(self, items: beam.PCollection) -> beam.PCollection:
         """Work items as the pipeline reads them (CSV cuts large files into byte ranges)."""
@@ -274,7 +281,8 @@ def select_columns(names: list, args) -> list:
             raise ConversionError(f"--columns names {unknown}{hints}, which the input lacks; its columns: {names}")
     else:
         selected = list(names)
-    for name, col in (("--label", args.label), ("--split_key", args.split_key)):
+    # --split_key '' splits by the record content: no column.
+    for name, col in (("--label", args.label), ("--split_key", args.split_key or None)):
         if col is not None and col not in names:
             raise ConversionError(
                 f"{name} {col!r}{did_you_mean(col, names)} is not a column of the input; its columns: {names}"

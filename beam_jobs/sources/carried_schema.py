@@ -21,7 +21,6 @@ and the job use; what differs by source stays in the source (`Source.carrying`).
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from typing import Mapping
 
@@ -60,6 +59,9 @@ class CarriedSchema:
     splits: tuple = ()
     # {feature: its vocabulary, a tuple of str}: a value's id never changes from span to span.
     vocabularies: Mapping = dataclasses.field(default_factory=dict)
+    # The column that dataset was split by (its --split_key): the default of a span's, so
+    # that a key (a user) stays in one split in every span. None: split by the record.
+    split_key: str | None = None
 
     @property
     def names(self) -> tuple:
@@ -164,20 +166,35 @@ def load(dataset: str) -> CarriedSchema:
     job = info.source.get("job")
     storage = (info.layout, info.block_rows, info.compression)
     splits = _recorded_splits(info, dataset)
-    vocabularies = {name: _vocabulary(dataset, v["file"]) for name, v in info.vocabularies.items()}
+    vocabularies = {name: _vocabulary(dataset, name, v) for name, v in info.vocabularies.items()}
     return CarriedSchema(
-        dataset, tuple(info.features), info.label, tuple(info.labels), job, storage, splits, vocabularies
+        dataset,
+        tuple(info.features),
+        info.label,
+        tuple(info.labels),
+        job,
+        storage,
+        splits,
+        vocabularies,
+        _recorded_split_key(info, dataset),
     )
 
 
-def _vocabulary(dataset: str, rel: str) -> tuple:
-    path = FileSystems.join(dataset, rel)
+def _vocabulary(dataset: str, name: str, entry: Mapping) -> tuple:
+    path = FileSystems.join(dataset, entry["file"])
     try:
-        return tuple(json.loads(output_dir.read_text(path)))
+        data = output_dir.read_bytes(path)
     except Exception as e:  # Beam raises several types; a missing file among them
         raise ConversionError(
             f"--schema_from {dataset}: its vocabulary file {path} cannot be read ({e}); copy it along with the "
             "dataset, or reconvert that dataset"
+        ) from e
+    try:
+        return contract.parse_vocabulary(data, entry)
+    except ValueError as e:
+        raise ConversionError(
+            f"--schema_from {dataset}: its vocabulary file {path}, of feature {name!r}, is not the one converted: "
+            f"{e}. Restore it, or reconvert that dataset (a new schema: convert without --schema_from)"
         ) from e
 
 
@@ -197,6 +214,25 @@ def _recorded_splits(info: contract.DatasetInfo, dataset: str) -> tuple:
             e,
         )
         return ()
+
+
+def _recorded_split_key(info: contract.DatasetInfo, dataset: str) -> str | None:
+    """The --split_key a dataset's conversion recorded (`options.split_key`); None if none."""
+    key = info.options.get("split_key")
+    if key is None:
+        return None
+    names = [f.name for f in info.features]
+    if not isinstance(key, str) or key not in names:
+        logger.warning(
+            "--schema_from %s: its %s records split_key %r, which is not one of its features %s: not carried; "
+            "pass --split_key",
+            dataset,
+            contract.METADATA_FILENAME,
+            key,
+            names,
+        )
+        return None
+    return key
 
 
 def _exists(path: str) -> bool:

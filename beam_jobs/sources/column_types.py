@@ -29,6 +29,8 @@ __all__ = [
     "convert_text_column",
     "bad_cell_reason",
     "canonical_arrow_column",
+    "invalid_utf8",
+    "as_binary",
     "inexact_in_float32",
     "inexact_integers",
 ]
@@ -558,6 +560,73 @@ def holds_binary(t: pa.DataType) -> bool:
         or pa.types.is_fixed_size_binary(t)
         or pa.types.is_binary_view(t)
     )
+
+
+def _is_text_type(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+
+
+def _leaf_type(t: pa.DataType) -> pa.DataType:
+    while (
+        pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) or pa.types.is_dictionary(t)
+    ):
+        t = t.value_type
+    return t
+
+
+def as_binary(arr: pa.Array) -> pa.Array:
+    """A column whose text (Arrow string types, in lists and dictionaries too) is seen as
+    bytes: the same values, which `to_pylist` reads as bytes even when they are not UTF-8
+    (it raises on such a string)."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if not _is_text_type(_leaf_type(arr.type)):
+        return arr
+    t = arr.type
+    if pa.types.is_fixed_size_list(t):
+        return arr.cast(pa.list_(pa.large_binary(), t.list_size))
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return arr.cast(pa.large_list(pa.large_binary()))
+    return arr.cast(pa.large_binary())  # a dictionary's too: decoded
+
+
+def invalid_utf8(arr: pa.Array, name: str) -> list:
+    """[(row, reason)] of the rows of a text column (an Arrow string type, in lists and
+    dictionaries too) whose value is not valid UTF-8, which a string type promises but
+    Parquet writers and `pa.Array.from_buffers` do not check. Such bytes, stored as text,
+    became a vocabulary that no later job could encode (`--schema_from`).
+
+    Arrow's full validation checks every string at once (C++, no Python per value); only
+    a column that fails it is searched row by row.
+    """
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if not _is_text_type(_leaf_type(arr.type)):
+        return []
+    try:
+        arr.validate(full=True)
+        return []
+    except pa.ArrowInvalid:
+        pass
+    out = []
+    for row, value in enumerate(as_binary(arr).to_pylist()):
+        for cell in value if isinstance(value, list) else [value]:
+            if cell is None:
+                continue
+            try:
+                cell.decode("utf-8")
+            except UnicodeDecodeError as e:
+                shown = repr(cell) if len(cell) <= 60 else repr(cell[:57]) + "..."
+                out.append(
+                    (
+                        row,
+                        f"column {name!r}: {shown} is not valid UTF-8 (byte 0x{cell[e.start]:02x} at offset "
+                        f"{e.start}), though its type {arr.type} says it holds text: write the text as UTF-8, or "
+                        "the column as binary if it holds bytes, not text",
+                    )
+                )
+                break
+    return out
 
 
 def _is_bytes_type(t: pa.DataType) -> bool:

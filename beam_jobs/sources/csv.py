@@ -66,11 +66,14 @@ class CsvSource(Source):
             help="let quoted CSV fields span lines (default: a line whose quote does not close on it "
             "is quarantined as unterminated_quote, and the next line is read as a row)",
         )
+        markers = ",".join(v for v in readers.DEFAULT_NULL_VALUES if v)
         flag(
             group,
             "null_values",
-            default=",".join(v for v in readers.DEFAULT_NULL_VALUES if v),
-            help="comma-separated markers read as missing values; empty cells are always missing",
+            default=markers,
+            help=f"comma-separated unquoted cell values read as missing values (default: {markers}); given, "
+            "they replace the default; '' for none, so that NA and null are text. Empty cells are always "
+            'missing, quoted ones ("NA") never',
         )
 
     @classmethod

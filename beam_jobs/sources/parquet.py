@@ -73,6 +73,10 @@ def type_arrow_chunk(source: Source, path: str, chunk, types: dict) -> tuple:
     for name in source.columns:
         dtype, shape = types[name]
         raw = batch.column(name)
+        for i, reason in column_types.invalid_utf8(raw, name):
+            if not bad_mask[i]:
+                bad.append(readers.BadRow(path, int(rows[i]), reason, source.row_text(chunk, i), "utf8"))
+            bad_mask[i] = True  # its row is set aside with its bytes: never a text value of a vocabulary
         unfit = []  # (row in chunk, reason): values the stored type cannot hold
         try:
             got_dtype, got_shape, arr = column_types.canonical_arrow_column(raw, name, unfit=unfit)

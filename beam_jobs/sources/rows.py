@@ -24,7 +24,7 @@ from beam_jobs._errors import ConversionError
 from beam_jobs.sources import carried_schema, column_types, readers
 from beam_jobs.sources.base import Source, WorkItem, json_row
 
-__all__ = ["RowsSource", "RowsChunk"]
+__all__ = ["RowsSource", "RowsChunk", "UnencodableText", "carried"]
 
 _INT64 = (-(2**63), 2**63 - 1)
 _FLOAT32_EXACT = 2**24  # every int of at most this magnitude is exact in float32
@@ -33,9 +33,62 @@ _ARROW = {"int64": pa.int64(), "float32": pa.float64(), "bytes": pa.large_binary
 _BYTES_PER_VALUE = 12  # a tf.Example feature around a small value, for planning shard counts
 
 
+@dataclasses.dataclass(frozen=True, repr=False)
+class UnencodableText:
+    """A str that UTF-8 cannot hold (it has a lone surrogate, as `errors="surrogateescape"`
+    makes of each byte it cannot decode), as WriteDataset carries it to the quarantine:
+    Beam's coders cannot encode the str itself (they fail the pipeline), pickle can."""
+
+    text: str
+
+    def __str__(self) -> str:
+        return self.text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+    def __repr__(self) -> str:
+        return repr(self.text)
+
+    def reason(self) -> str:
+        try:
+            self.text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            return (
+                f"{self.text!r:.80} holds the lone surrogate U+{ord(self.text[e.start]):04X} at position {e.start}, "
+                "which UTF-8 cannot store (errors='surrogateescape' makes one of each byte it cannot decode): "
+                "decode the text with its real encoding, or pass the value as bytes, in a Map before WriteDataset"
+            )
+        return "its text is not valid UTF-8"
+
+
+def carried(rows: list) -> list:
+    """Dict rows as WriteDataset passes them between its steps: each str that UTF-8 cannot
+    hold (alone or in a list) wrapped in an `UnencodableText`, to be quarantined. One
+    encode of all the rows' text finds that there is none, without Python per value but
+    the gathering."""
+    try:
+        "".join(
+            x for row in rows for v in row.values() for x in (v if isinstance(v, list) else (v,)) if isinstance(x, str)
+        ).encode("utf-8")
+        return rows
+    except UnicodeEncodeError:
+        return [{k: _wrapped(v) for k, v in row.items()} for row in rows]
+
+
+def _wrapped(v):
+    if isinstance(v, list):
+        return [_wrapped(x) for x in v]
+    if isinstance(v, str):
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            return UnencodableText(v)
+    return v
+
+
 def _scalar_kind(v) -> str | None:
     if v is None:
         return None
+    if isinstance(v, UnencodableText):
+        return "text"
     if isinstance(v, (bool, np.bool_, int, np.integer)):
         return "int64"
     if isinstance(v, (float, np.floating)):
@@ -213,6 +266,9 @@ class RowsSource(Source):
                 values = [row.get(name) for row in chunk.records]
                 for i, v in enumerate(values):
                     reason = None if v is None else _unfit(v, dtype, shape)
+                    kind = "type"
+                    if reason is None and dtype == "bytes" and isinstance(v, (UnencodableText, list)):
+                        reason, kind = _unencodable(v), "utf8"
                     if reason is not None:
                         values[i] = None
                         if not bad_mask[i]:
@@ -220,15 +276,21 @@ class RowsSource(Source):
                                 readers.BadRow(
                                     path,
                                     int(chunk.rows[i]),
-                                    f"column {name!r}: {reason}{whose}",
+                                    f"column {name!r}: {reason}{whose if kind == 'type' else ''}",
                                     self.row_text(chunk, i),
-                                    "type",
+                                    kind,
                                 )
                             )
                         bad_mask[i] = True
-                arr = pa.array([_stored(v, dtype) for v in values], _arrow_type(dtype, shape))
+                stored = [_stored(v, dtype) for v in values]
+                arr = pa.array(stored, _arrow_type(dtype, shape))
             if arr is None:
                 arr = pa.nulls(n, _arrow_type(dtype, shape))
+            else:
+                for i, reason in column_types.invalid_utf8(arr, name):  # a RecordBatch's string column
+                    if not bad_mask[i]:
+                        bad.append(readers.BadRow(path, int(chunk.rows[i]), reason, self.row_text(chunk, i), "utf8"))
+                    bad_mask[i] = True
             unfit: list = []
             _, _, arr = column_types.canonical_arrow_column(arr, name, unfit=unfit)
             for i, reason in unfit:
@@ -272,6 +334,14 @@ def _stored(v, dtype: str):
         return None
     as_type = _as_bytes if dtype == "bytes" else int if dtype == "int64" else float
     return [as_type(x) for x in v] if isinstance(v, (list, tuple, np.ndarray)) else as_type(v)
+
+
+def _unencodable(v) -> str | None:
+    """Why a value (or a list's) cannot be stored as UTF-8 text (`UnencodableText`), or None."""
+    for x in v if isinstance(v, list) else [v]:
+        if isinstance(x, UnencodableText):
+            return x.reason()
+    return None
 
 
 def _as_bytes(x):

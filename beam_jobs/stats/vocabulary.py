@@ -3,7 +3,8 @@
     chunk columns -> count_chunk: {feature: (values, counts)}      (pyarrow, per chunk)
       -> Counts.add / merge: exact counts, per bundle and globally, each feature's dropped
          (None) once it holds more distinct values than the limit
-      -> ranked(counts, carried): the vocabulary, most frequent first (ties by value), after
+      -> ranked(counts, carried): the vocabulary, most frequent first (ties: the larger value
+         first, bytewise), after
          the values a carried vocabulary (--schema_from) already gives ids
 
 A vocabulary is what `make_dataset(text="ids")` maps each value to: value vocabulary[i - 1]
@@ -121,7 +122,9 @@ def _summed(parts: list, limit: int | None = None) -> pa.Table | None:
 
 def ranked(table, limit: int, carried: tuple = ()) -> tuple:
     """A feature's vocabulary: `carried` (a carried schema's vocabulary, whose ids never
-    change), then the values it lacks, most frequent first, ties by value (bytewise).
+    change), then the values it lacks, most frequent first, ties by the larger value first
+    (bytewise), as Keras' `StringLookup.adapt` (`np.lexsort((tokens, counts))[::-1]`) and
+    `statistics.top` order them.
 
     Returns (values as str, note): the note says why values were left out of it, or is
     empty. `table` None (more distinct values than `limit`) keeps the carried vocabulary.
@@ -129,7 +132,7 @@ def ranked(table, limit: int, carried: tuple = ()) -> tuple:
     if table is None:
         note = f"more than {limit:,} distinct values" if not carried else "its new values pass the limit"
         return tuple(carried), note
-    order = pc.sort_indices(table, sort_keys=[(_COUNT, "descending"), (_VALUE, "ascending")])
+    order = pc.sort_indices(table, sort_keys=[(_COUNT, "descending"), (_VALUE, "descending")])
     values = table.column(_VALUE).take(order)
     if carried:
         known = pa.array([v.encode("utf-8") for v in carried], pa.large_binary())

@@ -228,6 +228,41 @@ def _global_codes(
     return out, check_blocks(tf.stack([tf.reduce_all(ok) for ok in oks]), message)
 
 
+def _ids_check(sizes: Mapping, dictionaries_of, rows_per_block, where) -> tf.Operation:
+    """One check that every block's `F/ids` lie in [0, the vocabulary's size] (0: out of
+    it): an id past it would be read as no value, or as another's in a larger vocabulary.
+    One unsigned comparison per dictionary entry, not per row."""
+    names = sorted(sizes)
+    oks = [
+        tf.reduce_all(
+            dictionaries_of[n].with_values(
+                tf.bitcast(dictionaries_of[n].values, tf.uint64) <= tf.constant(sizes[n], tf.uint64)
+            ),
+            axis=1,
+        )
+        for n in names
+    ]
+    ok_per_block = tf.reduce_all(tf.stack(oks), axis=0)
+
+    def message(block):
+        # Built only on failure: the first column whose ids in this block are out of range.
+        c = tf.argmax(tf.cast(tf.logical_not(tf.stack([ok[block] for ok in oks])), tf.int32), output_type=tf.int32)
+        branches = [lambda n=n: _first_out_of_range(dictionaries_of[n][block], sizes[n]) for n in names]
+        return _format(
+            ["block feature `", tf.gather(tf.constant([n + IDS_SUFFIX for n in names]), c), "` holds the id "]
+            + [tf.switch_case(c, branches), " for a vocabulary of "]
+            + [tf.gather(tf.constant([sizes[n] for n in names], tf.int64), c), " values "]
+            + where(block, rows_per_block)
+        )
+
+    return check_blocks(ok_per_block, message)
+
+
+def _first_out_of_range(ids: tf.Tensor, size: int) -> tf.Tensor:
+    bad = tf.logical_not(tf.bitcast(ids, tf.uint64) <= tf.constant(size, tf.uint64))
+    return tf.gather(ids, tf.argmax(tf.cast(bad, tf.int32), output_type=tf.int64))
+
+
 def _column(f: contract.FeatureSpec, values: tf.RaggedTensor, parsed: Mapping, total_rows: tf.Tensor, where):
     """One feature's values (a bytes feature's codes) over all rows: dense [R] or [R, k],
     or ragged [R, None].
@@ -297,7 +332,7 @@ def parse_blocks(
     codes: bool | None = None,
     take=None,
     row_check=None,
-    ids: frozenset = frozenset(),
+    ids: Mapping | frozenset = frozenset(),
 ):
     """N serialized blocks (a [N] string tensor) -> {name: all rows of the N blocks, in order}.
 
@@ -313,7 +348,9 @@ def parse_blocks(
     before, None when each block says (spans converted by both).
 
     `ids`: the bytes columns to return as int64 ids of their vocabulary (`F/ids`, format
-    4), their strings never parsed; they need `codes` True.
+    4), their strings never parsed; they need `codes` True. A mapping gives each one's
+    vocabulary size: an id outside [0, size] is an error naming the block, as a code
+    outside its dictionary is.
 
     `take` ([T] int64 row numbers) returns those rows, in that order, instead of all (and
     their presence): a permutation moves codes before the strings are made.
@@ -340,6 +377,8 @@ def parse_blocks(
             coded, dictionaries_of, local, rows_per_block, block_ends, total_rows, where
         )
     checks = [counts, codes_check]
+    if isinstance(ids, Mapping) and ids:
+        checks.append(_ids_check(ids, dictionaries_of, rows_per_block, where))
     if row_check is not None:
         checks.append(row_check(rows_per_block))
     with tf.control_dependencies(checks):
