@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
-# Tests run on both cores (pytest-xdist); each worker is a process of its own, and every
+# Tests run on both cores (pytest-xdist, work stealing: a worker left with the long tail hands
+# tests to the idle one); each worker is a process of its own, and every
 # server a test needs (GCS emulator, tf.data service) binds a free loopback port.
 PYTEST_WORKERS ?= 2
 
@@ -33,7 +34,7 @@ run: $(VENV)/.installed-run
 # Every test (slow end-to-end ones included) with Hypothesis' full example counts, and the
 # docs site built strictly (its examples run in tests/test_docs.py): what CI runs.
 test: $(VENV)/.installed-test lint docs
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --durations=15 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal --durations=15 $(PYTEST_ARGS)
 
 # The docs site (docs/, mkdocs.yml) into site/; a broken link or reference fails it.
 docs: $(VENV)/.installed-test
@@ -46,7 +47,7 @@ lint: $(VENV)/.installed-test
 # The working loop: tests not marked slow, a tenth of the property-test examples. A test over
 # 5 s on a busy 2-core machine is marked slow: of a serial run's 885 s, 340 s went to `make test`.
 test-fast: $(VENV)/.installed-test
-	INGEST_HYPOTHESIS=fast $(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m "not slow" --durations=10 $(PYTEST_ARGS)
+	INGEST_HYPOTHESIS=fast $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal -m "not slow" --durations=10 $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed-test
 	@# `bench` is `all` (installed by `test`) plus tfx-bsl, which may not install here.

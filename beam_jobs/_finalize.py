@@ -126,26 +126,9 @@ def finalize_dataset(
     return plan["metadata"]
 
 
-def _commit_plan(
-    cfg: JobConfig, shards: list, stats: ConversionStats, quarantine: list, type_counts, vocabularies: dict
-) -> dict:
-    _check_quality(cfg, stats, quarantine)
-    decided = cfg.decide(type_counts)
-    features = build_features(cfg, stats, decided)
-    metadata_path = _join(cfg.output, contract.METADATA_FILENAME)
-    old = set()
-    if FileSystems.exists(metadata_path):
-        old = set(output_dir.dataset_files(contract.DatasetInfo.from_json(output_dir.read_text(metadata_path))))
-        output_dir.refuse_undeletable(cfg.output, sorted(old), listed_in=metadata_path)
-    # New files never take an old file's name, so the old dataset stays whole until the swap.
-    tag = cfg.job_id[:8]
-
-    def fresh(name: str) -> str:
-        if name not in old:
-            return name
-        stem, dot, ext = name.partition(".")
-        return f"{stem}-{tag}{dot}{ext}"
-
+def _split_infos(cfg: JobConfig, shards: list, fresh) -> tuple:
+    """The splits' shard infos, the (written, final name) moves that make them, and the
+    names of the splits that received no records."""
     splits, moves, empty = [], [], []
     for s, name in enumerate(cfg.split_names):
         mine = sorted((x for x in shards if x["split"] == s and x["records"] > 0), key=lambda x: x["shard"])
@@ -166,6 +149,30 @@ def _commit_plan(
         splits.append(contract.SplitInfo(name, tuple(infos)))
         if not infos:
             empty.append(name)
+    return splits, moves, empty
+
+
+def _commit_plan(
+    cfg: JobConfig, shards: list, stats: ConversionStats, quarantine: list, type_counts, vocabularies: dict
+) -> dict:
+    _check_quality(cfg, stats, quarantine)
+    decided = cfg.decide(type_counts)
+    features = build_features(cfg, stats, decided)
+    metadata_path = _join(cfg.output, contract.METADATA_FILENAME)
+    old = set()
+    if FileSystems.exists(metadata_path):
+        old = set(output_dir.dataset_files(contract.DatasetInfo.from_json(output_dir.read_text(metadata_path))))
+        output_dir.refuse_undeletable(cfg.output, sorted(old), listed_in=metadata_path)
+    # New files never take an old file's name, so the old dataset stays whole until the swap.
+    tag = cfg.job_id[:8]
+
+    def fresh(name: str) -> str:
+        if name not in old:
+            return name
+        stem, dot, ext = name.partition(".")
+        return f"{stem}-{tag}{dot}{ext}"
+
+    splits, moves, empty = _split_infos(cfg, shards, fresh)
     quarantine_files = _quarantine_files(quarantine, fresh)
     moves += [(q["from"], q["path"]) for q in quarantine_files]
     files, vocabulary_warnings = _vocabulary_files(cfg, features, vocabularies, fresh)

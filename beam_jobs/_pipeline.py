@@ -43,13 +43,13 @@ from beam_jobs._background import BackgroundWriter, OneAhead, prefetched
 from beam_jobs._config import JobConfig
 from beam_jobs._errors import full_disk_named
 from beam_jobs._finalize import finalize_dataset
-from beam_jobs._parsed_chunks import KEPT
 from beam_jobs.encode.examples import encode_batch
 from beam_jobs.encode.tfrecord import frames_array
 from beam_jobs.output import commit_rows
 from beam_jobs.output import directory as output_dir
 from beam_jobs.output import fragments as fragment_files
 from beam_jobs.output.commit_blocks import run_bytes, write_block_index, write_block_shard
+from beam_jobs.sources.parsed_chunks import KEPT
 from beam_jobs.stats import features as feature_stats
 from beam_jobs.stats import vocabulary
 from beam_jobs.stats.conversion import ConversionStats
@@ -72,7 +72,7 @@ class _CountTypes(beam.DoFn):
     """(index, path, range) -> per-column type counts of each chunk (CSV inference).
 
     The chunks it parses stay in this process for ConvertFiles, within a budget
-    (`_parsed_chunks`): read once, not twice, when both stages run here.
+    (`sources/parsed_chunks`): read once, not twice, when both stages run here.
     """
 
     def __init__(self, cfg: JobConfig):

@@ -112,24 +112,10 @@ def processes(path: str, batches: int | None) -> list:
     return out
 
 
-def feed(path: str, batch_size: int, width: int, workers: int, steps: int | None = None) -> dict:
-    """Real idle of a CUDA-graphed MLP step fed by ingest.loader(to="torch", device="cuda")."""
-    import torch
-
-    # On a machine without CUDA (the tests) the same loop runs eagerly on the CPU.
-    cuda = torch.cuda.is_available()
-    dev = torch.device("cuda" if cuda else "cpu")
-    info = ingest.load_info(path)
-    names = [f.name for f in info.features if f.is_scalar and f.dtype != "bytes" and f.name != info.label]
-    model = torch.nn.Sequential(
-        torch.nn.Linear(len(names), width),
-        torch.nn.ReLU(),
-        torch.nn.Linear(width, width),
-        torch.nn.ReLU(),
-        torch.nn.Linear(width, 1),
-    ).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=cuda)
-    sx, sy = torch.zeros(batch_size, len(names), device=dev), torch.zeros(batch_size, device=dev)
+def _step(torch, model, opt, sx, sy, cuda: bool) -> tuple:
+    """(one train step on the batch in sx, sy: a CUDA graph's replay where there is CUDA;
+    a timer of n calls of a function, in seconds a call)."""
+    dev = sx.device
 
     def step():
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cuda):
@@ -160,6 +146,29 @@ def feed(path: str, batch_size: int, width: int, workers: int, steps: int | None
         sync()
         return (time.perf_counter() - start) / n
 
+    return replay, timed
+
+
+def feed(path: str, batch_size: int, width: int, workers: int, steps: int | None = None) -> dict:
+    """Real idle of a CUDA-graphed MLP step fed by ingest.loader(to="torch", device="cuda")."""
+    import torch
+
+    # On a machine without CUDA (the tests) the same loop runs eagerly on the CPU.
+    cuda = torch.cuda.is_available()
+    dev = torch.device("cuda" if cuda else "cpu")
+    info = ingest.load_info(path)
+    names = [f.name for f in info.features if f.is_scalar and f.dtype != "bytes" and f.name != info.label]
+    model = torch.nn.Sequential(
+        torch.nn.Linear(len(names), width),
+        torch.nn.ReLU(),
+        torch.nn.Linear(width, width),
+        torch.nn.ReLU(),
+        torch.nn.Linear(width, 1),
+    ).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=cuda)
+    sx, sy = torch.zeros(batch_size, len(names), device=dev), torch.zeros(batch_size, device=dev)
+
+    replay, timed = _step(torch, model, opt, sx, sy, cuda)
     floor = timed(steps or 200, replay)
     n = steps or max(200, int(2.0 / floor))
     floor = timed(n, replay)

@@ -67,5 +67,5 @@ def test_the_machine_is_read_from_proc():
     while time.process_time() < end:  # 0.2 CPU s of our own: not another process's
         pass
     after = _noise.Machine.read()
-    assert after.own_cpu_s - before.own_cpu_s >= 0.19
+    assert after.own_cpu_s - before.own_cpu_s >= 0.15  # /proc counts in 10 ms ticks
     assert after.all_cpu_s - before.all_cpu_s >= 0.15 and after.cores >= 1 and after.load1 >= 0

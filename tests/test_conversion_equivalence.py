@@ -17,8 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from beam_jobs import _parsed_chunks
 from beam_jobs.sources import column_types, readers
+from beam_jobs.sources import parsed_chunks as _parsed_chunks
 from tests.conftest import run_convert
 
 

@@ -67,9 +67,9 @@ def test_the_loader_delivers_make_datasets_batches_pass_after_pass(dataset):
 
 
 @pytest.mark.slow
-def test_one_two_and_three_workers_deliver_the_same_batches(dataset):
+def test_one_and_three_workers_deliver_the_same_batches(dataset):
     want = _reference(dataset, passes=2)
-    for processes in (1, 2, 3):
+    for processes in (1, 3):  # 2: test_state_dict_resumes_at_the_exact_next_batch
         with ingest.loader(dataset, processes=processes, **KW) as loader:
             assert [_digest(loader), _digest(loader)] == want, processes
 
