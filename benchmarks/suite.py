@@ -83,7 +83,8 @@ def _tail(report, start: int):
     return IdleReport(report.waits[start:], report.computes[start:], 0, report.examples, report.wall_seconds)
 
 
-def run(out: str, *, quick: bool, workdir: str) -> list:
+def run(out: str, *, quick: bool, workdir: str, repeats: int | None = None) -> list:
+    """Every scenario; `repeats`: runs of each compared pipeline (None: 2 with `quick`, else REPEATS)."""
     _plots.pyplot()  # without matplotlib, stop before the work rather than after it
     import ingest
     from benchmarks import pipelines
@@ -108,7 +109,7 @@ def run(out: str, *, quick: bool, workdir: str) -> list:
         "tuned_by_hand": lambda: pipelines.tuned_by_hand(data.dataset, batch_size=BATCH).repeat(),
         "make_dataset": lambda: ingest.make_dataset(data.dataset, batch_size=BATCH, num_epochs=None),
     }
-    repeats = 2 if quick else REPEATS
+    repeats = repeats or (2 if quick else REPEATS)
     for name, make in makers.items():
         reports = [
             ingest.measure_idle(make(), step_time_ms=step_ms, steps=steps, warmup_steps=20)

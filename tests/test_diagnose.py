@@ -73,12 +73,14 @@ def _slow_preprocess(x):
 
 @pytest.mark.slow
 def test_pipeline_bound_by_preprocessing_is_named(wide):
-    first = ingest.diagnose(wide, step_time_ms=1000, batch_size=64, preprocess=_slow_preprocess)
+    # 2,048 of the 6,000 records: the sleeping stage alone took 14 s a call over all of them.
+    few = dict(batch_size=64, preprocess=_slow_preprocess, max_records=2048)
+    first = ingest.diagnose(wide, step_time_ms=1000, **few)
     caps = {s.stage: s.records_per_sec for s in first.stages}
     # Demand halfway (geometrically) between the sleeping preprocess and parsing.
     demand = (caps["preprocess"] * min(caps["parse"], caps["shuffle"])) ** 0.5
     assert caps["preprocess"] * 8 < min(caps["parse"], caps["shuffle"])  # demand sits ~3x from each
-    d = ingest.diagnose(wide, step_time_ms=64 * 1000 / demand, batch_size=64, preprocess=_slow_preprocess)
+    d = ingest.diagnose(wide, step_time_ms=64 * 1000 / demand, **few)
     assert d.bottleneck == "preprocess"
 
 

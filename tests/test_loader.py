@@ -87,10 +87,10 @@ def test_every_row_comes_once_per_epoch_as_writable_arrays(dataset):
     assert features["x"].dtype == np.float32 and features["word"].dtype == object
 
 
-@pytest.mark.slow
 def test_a_short_last_batch_comes_unless_dropped(dataset):
+    # The consumer cuts the batches from the windows, wherever they were made.
     kw = dict(KW, batch_size=128, num_epochs=1)
-    with ingest.loader(dataset, processes=2, **kw) as loader:
+    with ingest.loader(dataset, processes=0, **kw) as loader:
         sizes = [len(y) for _, y in loader]
     assert sizes == [128] * (ROWS // 128) + [ROWS % 128]
     assert _digest(ingest.loader(dataset, processes=0, **kw)) == _reference(dataset, **kw)[0]
