@@ -8,6 +8,8 @@ warm-up of 100k rows, medians of `--rounds` timings:
     (a) two processes pinned to a core each, each make_dataset's order over every other
         window (what a process design could give before any hand-off), rates added,
         against (f) on 1 core: this machine's capacity for processes
+    (d) one process, 2 sub-pipelines over every other window, each with a private thread
+        pool of a core, interleaved window by window, against (f) on 2 cores
     (b) ingest.loader: K worker processes (K = 1 on both cores, K = 2 pinned a core
         each), batches handed over in shared memory and copied once into numpy (or
         torch) in the consumer, against (f) on 2 cores
@@ -61,11 +63,34 @@ def _made(path: str, batch_size: int, text: str, window_slice=None):
     )
     with own_functions():
         ds = seekable.seekable_block_batches(req, index)
-        return _dataset._finished(ds, req, int(index.rows.sum()), symbolic_checkpoint=True)
+        ds = _dataset._finished(ds, req, int(index.rows.sum()), symbolic_checkpoint=True)
+    ds.window_rows = seekable.window_rows(req.info.block_rows, len(index), batch_size)
+    return ds
 
 
-def _in_graph(path, batch_size, text, rounds, window_slice=None) -> list:
-    ds = _made(path, batch_size, text, window_slice)
+def _sub_pipelines(path: str, batch_size: int, text: str, count: int):
+    """(d): `count` sub-pipelines in this process, each over windows w % count == k with a
+    private thread pool of its share of the cores, their batches interleaved window by
+    window (the order of one pipeline)."""
+    import tensorflow as tf
+
+    threads = max(1, len(os.sched_getaffinity(0)) // count)
+    parts = []
+    for k in range(count):
+        part = _made(path, batch_size, text, (k, count))
+        per_window = part.window_rows // batch_size
+        options = tf.data.Options()
+        options.threading.private_threadpool_size = threads
+        parts.append(part.with_options(options))
+    pick = tf.data.Dataset.range(2**62).map(lambda i: i // per_window % count)
+    return tf.data.Dataset.choose_from_datasets(parts, pick)
+
+
+def _in_graph(path, batch_size, text, rounds, window_slice=None, sub_pipelines=0) -> list:
+    if sub_pipelines:
+        ds = _sub_pipelines(path, batch_size, text, sub_pipelines)
+    else:
+        ds = _made(path, batch_size, text, window_slice)
     it_rows = _steady_rows(batch_size)
     ds = ds.take(-(-(it_rows * rounds + _WARMUP_ROWS) // batch_size))
     # One long-lived iterator, timed in rounds after its warm-up.
@@ -151,7 +176,9 @@ def _child(args) -> dict:
     p = json.loads(args.paths)[args.corpus]
     text = "ids" if args.corpus == "low" else "strings"
     if args.child == "graph":
-        rates = _in_graph(p, args.batch_size, text, args.rounds, json.loads(args.slice) if args.slice else None)
+        rates = _in_graph(
+            p, args.batch_size, text, args.rounds, json.loads(args.slice) if args.slice else None, args.sub_pipelines
+        )
     else:
         rates, memory = _loader_rates(p, args.batch_size, text, args.rounds, args.processes, args.to)
         return {"rate": statistics.median(rates), "rates": rates, **memory}
@@ -178,6 +205,9 @@ def _designs(common: list) -> dict:
     r["(f) make_dataset, 2 cores"] = _result(_spawn("0-1", *common, "--child", "graph"))["rate"]
     halves = [_spawn(str(k), *common, "--child", "graph", "--slice", json.dumps([k, 2])) for k in (0, 1)]
     r["(a) 2 processes x 1 core, no hand-off"] = sum(_result(h)["rate"] for h in halves)
+    r["(d) 1 process, 2 sub-pipelines, private pools"] = _result(
+        _spawn("0-1", *common, "--child", "graph", "--sub_pipelines", "2")
+    )["rate"]
     for k in (1, 2):
         got = _result(_spawn("0-1", *common, "--child", "loader", "--processes", str(k), "--to", "numpy"))
         r[f"(b) loader, {k} worker(s), numpy"] = got["rate"]
@@ -202,6 +232,7 @@ def main(argv=None) -> int:
     p.add_argument("--corpus", help=argparse.SUPPRESS)
     p.add_argument("--slice", help=argparse.SUPPRESS)
     p.add_argument("--processes", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--sub_pipelines", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--to", default="numpy", help=argparse.SUPPRESS)
     p.add_argument("--batch_size", type=int, default=4096, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
