@@ -143,7 +143,7 @@ def _add_service(sub) -> None:
     work.add_argument(
         "--worker_address",
         "--worker-address",
-        help="HOST:%%port% trainers use to reach this worker (default localhost:%%port%)",
+        help="HOST:%%port%% trainers use to reach this worker (default localhost:%%port%%)",
     )
     work.add_argument(
         "--heartbeat_interval_ms",

@@ -43,3 +43,17 @@ def test_the_cli_has_a_function_per_subcommand_each_under_80_lines():
     assert max(functions.values()) <= MAX_LINES, functions
     for command in ("diagnose", "describe", "compare", "service"):
         assert f"_add_{command}" in functions and f"_{command}" in functions, sorted(functions)
+
+
+def test_every_commands_help_prints(capsys):
+    """`ingest service worker --help` raised argparse's ValueError (a lone `%` in a help string)."""
+    import pytest
+
+    from ingest import __main__ as cli
+
+    for command in ([], ["diagnose"], ["describe"], ["compare"], ["service"], ["service", "dispatcher"],
+                    ["service", "worker"]):  # fmt: skip
+        with pytest.raises(SystemExit) as done:
+            cli.main([*command, "--help"])
+        assert done.value.code == 0, command
+        assert "usage: ingest" in capsys.readouterr().out, command
