@@ -8,6 +8,8 @@ warm-up of 100k rows, medians of `--rounds` timings:
     (a) two processes pinned to a core each, each make_dataset's order over every other
         window (what a process design could give before any hand-off), rates added,
         against (f) on 1 core: this machine's capacity for processes
+    (c) make_dataset through a tf.data service of 2 local worker processes, each pinned to a
+        core (the streaming order: the service reads no seekable order), against (f) on 2 cores
     (d) one process, 2 sub-pipelines over every other window, each with a private thread
         pool of a core, interleaved window by window, against (f) on 2 cores
     (b) ingest.loader: K worker processes (K = 1 on both cores, K = 2 pinned a core
@@ -91,6 +93,11 @@ def _in_graph(path, batch_size, text, rounds, window_slice=None, sub_pipelines=0
         ds = _sub_pipelines(path, batch_size, text, sub_pipelines)
     else:
         ds = _made(path, batch_size, text, window_slice)
+    return _timed_in_graph(ds, batch_size, rounds)
+
+
+def _timed_in_graph(ds, batch_size: int, rounds: int) -> list:
+    """Rows/s of one long-lived iterator drained in-graph, `rounds` timings after a warm-up."""
     it_rows = _steady_rows(batch_size)
     ds = ds.take(-(-(it_rows * rounds + _WARMUP_ROWS) // batch_size))
     # One long-lived iterator, timed in rounds after its warm-up.
@@ -113,6 +120,47 @@ def _in_graph(path, batch_size, text, rounds, window_slice=None, sub_pipelines=0
         seen = int(pull(tf.constant(it_rows // batch_size)))
         rates.append(seen / (time.perf_counter() - t))
     return rates
+
+
+def _service_rates(path, batch_size, text, rounds, workers: int = 2) -> list:
+    """(c): make_dataset through a tf.data service of `workers` local worker processes, each
+    pinned to a core (`python -m ingest service`), consumed in-graph here."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"grpc://127.0.0.1:{port}"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+    def spawn(cores, *args):
+        cmd = ["taskset", "-c", cores, sys.executable, "-m", "ingest", "service", *args]
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+
+    procs = [spawn("0-1", "dispatcher", "--port", str(port))]
+    procs += [spawn(str(k % len(os.sched_getaffinity(0))), "worker", "--dispatcher", address) for k in range(workers)]
+    try:
+        for p in procs:
+            while "serving" not in (line := p.stdout.readline()):
+                if not line and p.poll() is not None:
+                    raise RuntimeError(f"{p.args} did not start")
+        import ingest
+
+        ds = ingest.make_dataset(
+            path,
+            batch_size=batch_size,
+            seed=3,
+            num_epochs=None,
+            text=text,
+            service=address,
+            processing_mode="parallel_epochs",
+        )
+        return _timed_in_graph(ds, batch_size, rounds)
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait()
 
 
 def _loader_rates(path, batch_size, text, rounds, processes, to) -> list:
@@ -175,7 +223,9 @@ def handoff(batch_size: int, rows: int = 81_920, columns: int = 17, repeats: int
 def _child(args) -> dict:
     p = json.loads(args.paths)[args.corpus]
     text = "ids" if args.corpus == "low" else "strings"
-    if args.child == "graph":
+    if args.child == "service":
+        rates = _service_rates(p, args.batch_size, text, args.rounds)
+    elif args.child == "graph":
         rates = _in_graph(
             p, args.batch_size, text, args.rounds, json.loads(args.slice) if args.slice else None, args.sub_pipelines
         )
@@ -205,6 +255,7 @@ def _designs(common: list) -> dict:
     r["(f) make_dataset, 2 cores"] = _result(_spawn("0-1", *common, "--child", "graph"))["rate"]
     halves = [_spawn(str(k), *common, "--child", "graph", "--slice", json.dumps([k, 2])) for k in (0, 1)]
     r["(a) 2 processes x 1 core, no hand-off"] = sum(_result(h)["rate"] for h in halves)
+    r["(c) tf.data service, 2 local workers x 1 core"] = _result(_spawn("0-1", *common, "--child", "service"))["rate"]
     r["(d) 1 process, 2 sub-pipelines, private pools"] = _result(
         _spawn("0-1", *common, "--child", "graph", "--sub_pipelines", "2")
     )["rate"]
@@ -237,7 +288,11 @@ def main(argv=None) -> int:
     p.add_argument("--batch_size", type=int, default=4096, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        print(json.dumps(_child(args)))
+        print(json.dumps(_child(args)), flush=True)
+        if args.child == "service":
+            # TensorFlow's service client can hang the interpreter's exit once its dispatcher
+            # is gone; the result is out.
+            os._exit(0)
         return 0
     if args.quick:
         args.rows, args.rounds, args.shards, args.batch_sizes = 50_000, 2, 4, "4096"
