@@ -124,7 +124,6 @@ class Stream:
         workers, generation, plan = self.workers, self.generation, self.plan
         for k in range(workers.count):
             workers.send(k, ("iterate", generation, iteration, start, global_seed))
-        held = None
         try:
             for w in plan.windows_from(start):
                 k = plan.worker_of(w)
@@ -132,10 +131,8 @@ class Stream:
                 if message[0] == "end":
                     return
                 _, _, slot, got, placed, _ = message
-                held = (k, slot)
                 yield got, _transport.read(workers.buffers[k][slot], placed)
                 workers.send(k, ("free", generation, slot))
-                held = None
         finally:
             if not workers.closed:
                 for k in range(workers.count):
@@ -143,7 +140,6 @@ class Stream:
                         workers.send(k, ("cancel", generation))
                     except WorkerError:
                         pass
-            del held
 
     def _next(self, k: int, generation: int):
         """Worker k's next window (or end) of this pass; messages of earlier passes are passed over."""
