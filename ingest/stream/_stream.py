@@ -58,14 +58,7 @@ class Stream:
             from ingest.stream._worker import _Built
 
             self.local = _Built(dict(self.spec, worker=0, workers=1))
-            facts = {
-                "window_rows": self.local.window_rows,
-                "epoch_rows": self.local.epoch_rows,
-                "rank_rows": self.local.rank_rows,
-                "structure": self.local.structure,
-                "seed": self.local.seed,
-                "fingerprint": self.local.fingerprint,
-            }
+            facts = self.local.facts()
         else:
             every = self.workers.ready()
             facts = every[0]

@@ -85,6 +85,17 @@ class _Built:
         self.fingerprint = seekable._fingerprint(index, req.batch_size, self.window_rows, req.shuffle, req.num_epochs)
         self._rand, self._drawn, self._global_seed = None, 0, None
 
+    def facts(self) -> dict:
+        """What the consumer needs to know of the order: sent with "ready"."""
+        return {
+            "window_rows": self.window_rows,
+            "epoch_rows": self.epoch_rows,
+            "rank_rows": self.rank_rows,
+            "structure": self.structure,
+            "seed": self.seed,
+            "fingerprint": self.fingerprint,
+        }
+
     def pass_of(self, iteration: int, global_seed) -> int:
         """The pass make_dataset's `iteration`-th iterator would draw (blocks.seekable.starts)."""
         tf = self.tf
@@ -240,19 +251,7 @@ def main(fd: int, parent: int) -> None:
     except Exception as e:
         conn.send(("error", -1, _message(e), traceback.format_exc(), _kind(e)))
         return
-    conn.send(
-        (
-            "ready",
-            {
-                "window_rows": built.window_rows,
-                "epoch_rows": built.epoch_rows,
-                "rank_rows": built.rank_rows,
-                "structure": built.structure,
-                "seed": built.seed,
-                "fingerprint": built.fingerprint,
-            },
-        )
-    )
+    conn.send(("ready", built.facts()))
     serving = _Serving(conn, built, spec["slots"])
     try:
         while True:
