@@ -69,6 +69,7 @@ def make_dataset(
     image_dtype: str | None = None,
     normalize="default",
     text: str = "strings",
+    missing: str = "mask",
 ) -> tf.data.Dataset:
     """Builds a tuned `tf.data.Dataset` of batches from a converted dataset.
 
@@ -101,6 +102,11 @@ def make_dataset(
             over spans converted with `--schema_from` a value's id never changes. The label
             comes apart as `label_ids` says (its class id, or its text); a text label kept
             among the features (`label=False`) has classes, no vocabulary: it is refused.
+        missing: "mask" (the default): beside each feature whose records lack values
+            somewhere (the metadata counts them), a `tf.bool` feature named NAME +
+            "_missing", True at those rows, where NAME holds its default (0, 0.0, "", an
+            empty list; with `text="ids"`, the default's id). The label's mask, if it has one, stays
+            among the features. "fill": the default alone, as ingest gave before.
         static_shapes: every tensor gets a fully known shape: variable-length features
             are padded to `pad_lengths` or their recorded maximum. Needs
             `drop_remainder=True`.
@@ -212,6 +218,7 @@ def make_dataset(
         skip_corrupt=skip_corrupt,
         start_batch=start_batch,
         text=text,
+        missing=missing,
         image=_request.image_options(
             image,
             image_size=image_size,

@@ -7,6 +7,7 @@ parsed blocks are re-cut to batch_size. Images are parsed one by one, next to th
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 import tensorflow as tf
@@ -17,6 +18,8 @@ if TYPE_CHECKING:
     from ingest._request import Request
 
 __all__ = ["parsed_batches", "decoded_images", "selected_features", "padder", "label_splitter"]
+
+logger = logging.getLogger(__name__)
 
 _TF_DTYPES = {"int64": tf.int64, "float32": tf.float32, "bytes": tf.string}
 
@@ -76,13 +79,58 @@ def label_splitter(req: Request):
 
 
 def _make_parser(req: Request):
-    specs = {f.name: _parse_spec(f) for f in selected_features(req)}
+    features = selected_features(req)
+    specs = {f.name: _parse_spec(f) for f in features}
+    # A masked feature is parsed ragged: a record that lacks it has no value there, which
+    # a dense parse would hide under the default.
+    masked = {f.name: f for f in features if f.name in req.masks}
+    for name in masked:
+        specs[name] = tf.io.RaggedFeature(_TF_DTYPES[masked[name].dtype], row_splits_dtype=tf.int64)
+    _warn_empty_lists(req, masked.values())
     padded = padder(req)
 
     def parse(serialized):
-        return padded(tf.io.parse_example(serialized, specs))
+        parsed = tf.io.parse_example(serialized, specs)
+        for name, f in masked.items():
+            parsed[name], parsed[req.masks[name]] = _filled(f, parsed[name])
+        return padded(parsed)
 
     return parse, label_splitter(req)
+
+
+def _filled(f: contract.FeatureSpec, values: tf.RaggedTensor):
+    """A masked feature's ragged values -> (the values as the unmasked parse gives them, the
+    [R] bool mask: True where the record had no value)."""
+    lengths = values.row_lengths()
+    mask = tf.equal(lengths, 0)
+    if f.is_variable_length:
+        return values, mask
+    width = 1 if f.is_scalar else f.shape[0]
+    # The dense parse refuses a record holding another count of values; so does this.
+    check = tf.debugging.Assert(
+        tf.reduce_all(tf.logical_or(mask, tf.equal(lengths, width))),
+        [f"feature {f.name!r}: a record holds other than {width} value(s): ", tf.reduce_max(lengths)],
+    )
+    default = f.default.encode() if f.dtype == "bytes" and isinstance(f.default, str) else f.default
+    with tf.control_dependencies([check]):
+        dense = values.to_tensor(default_value=default, shape=[None, width])
+    return (dense[:, 0] if f.is_scalar else dense), mask
+
+
+def _warn_empty_lists(req: Request, features) -> None:
+    """A record of the rows layout omits a missing list, and keeps an empty list empty:
+    tf.io.parse_example reads both as empty, so the mask cannot tell them apart when the
+    feature holds empty lists as well (the blocks layout can)."""
+    for f in features:
+        if f.is_variable_length and (f.min_length is None or f.min_length == 0):
+            logger.warning(
+                "feature %r of %s (--layout rows) has missing lists and may hold empty ones: its mask %r is "
+                "True at both (a record of the rows layout cannot tell them apart). Reconvert with --layout "
+                "blocks (the default) for a mask of the missing ones alone",
+                f.name,
+                req.path,
+                req.masks[f.name],
+            )
 
 
 def parsed_batches(ds: tf.data.Dataset, req: Request) -> tf.data.Dataset:

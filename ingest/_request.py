@@ -23,6 +23,11 @@ from ingest.names import did_you_mean
 __all__ = ["Request", "build", "image_options"]
 
 _CACHE_MODES = (None, "memory", "auto")
+# How a record that lacks a feature's value reads: "mask" adds, beside each feature the
+# metadata records missing values for, a bool feature named NAME + MASK_SUFFIX, True at
+# those rows (the value holds the feature's default there); "fill" gives the default alone.
+MISSING_MODES = ("mask", "fill")
+MASK_SUFFIX = "_missing"
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +72,9 @@ class Request:
     # start_batch is), so K processes built once deliver the windows of one order.
     window_slice: tuple = (0, 1)
     stream_pass: Any = None
+    # {feature: the name of its missing-value mask}: the parsed features (label included)
+    # whose records lack values somewhere, under missing="mask". Each parser adds the mask.
+    masks: Mapping = dataclasses.field(default_factory=dict)
 
     @property
     def checks_counts(self) -> bool:
@@ -131,6 +139,7 @@ def build(
     processing_mode: str = "distributed_epoch",
     start_batch=None,
     text: str = "strings",
+    missing: str = "mask",
 ) -> Request:
     """Checks one call's arguments against each other and the dataset's metadata.
 
@@ -207,7 +216,30 @@ def build(
         start_batch=start_batch,
         text_codes=text_codes(view.infos),
         text_ids=_text_ids(view, selected, label, text, path),
+        masks=_masks(info, selected, missing, path) if image is None and not raw else {},
     )
+
+
+def _masks(info: contract.DatasetInfo, selected, missing: str, path) -> dict:
+    """{feature: its mask's name} for the selected features the metadata records missing
+    values for (spans: in any of them), under missing="mask"."""
+    if missing not in MISSING_MODES:
+        raise ValueError(
+            f"missing must be one of {MISSING_MODES}, got {missing!r}: 'mask' adds NAME{MASK_SUFFIX} (True where "
+            "a record lacked NAME) beside each feature that has missing values; 'fill' gives the default alone"
+        )
+    if missing == "fill":
+        return {}
+    masks = {f.name: f.name + MASK_SUFFIX for f in info.features if f.name in selected and f.missing}
+    taken = set(selected)
+    clash = sorted(name for name, mask in masks.items() if mask in taken)
+    if clash:
+        raise ValueError(
+            f"{path} has a feature {clash[0] + MASK_SUFFIX!r}, the name make_dataset gives feature {clash[0]!r}'s "
+            f"missing-value mask: pass missing='fill' (the default value alone, no mask), or rename the column "
+            "at conversion"
+        )
+    return masks
 
 
 TEXT_MODES = ("strings", "ids")

@@ -35,12 +35,14 @@ def _penguins(root) -> str:
     rng = np.random.default_rng(0)
     species = rng.choice(["Adelie", "Gentoo", "Chinstrap"], 400)
     base = {"Adelie": 38.0, "Gentoo": 47.0, "Chinstrap": 49.0}
+    # Missing values as the real table has them: a measurement and `sex` of a few rows are NA.
     lines = [
-        f"{rng.choice(['Biscoe', 'Dream'])},{base[s] + rng.normal():.1f},{190 + rng.integers(0, 30)},{s}"
-        for s in species
+        f"{rng.choice(['Biscoe', 'Dream'])},{'NA' if i % 29 == 3 else f'{base[s] + rng.normal():.1f}'},"
+        f"{190 + rng.integers(0, 30)},{'NA' if i % 17 == 5 else rng.choice(['male', 'female'])},{s}"
+        for i, s in enumerate(species)
     ]
     return write_text(
-        root / "penguins.csv", "island,bill_length_mm,flipper_length_mm,species\n" + "\n".join(lines) + "\n"
+        root / "penguins.csv", "island,bill_length_mm,flipper_length_mm,sex,species\n" + "\n".join(lines) + "\n"
     )
 
 

@@ -157,12 +157,22 @@ def test_unshuffled_blocks_give_the_same_batches_as_rows(both, kwargs):
     assert rows.element_spec == blocks.element_spec
     assert int(rows.cardinality()) == int(blocks.cardinality()) > 0
     expected = _batches(rows)
-    assert _batches(blocks) == expected
+    assert [_as_rows_mask(b) for b in _batches(blocks)] == expected
     assert len(expected) == int(rows.cardinality())
 
 
-def test_missing_values_come_back_as_the_recorded_defaults(both):
-    (batch,) = ingest.make_dataset(both[1], batch_size=4000, **_IN_ORDER).take(1)
+def _as_rows_mask(batch):
+    """The rows layout's mask of a variable-length feature is True at empty lists too (a
+    record cannot tell a missing list from an empty one): the blocks' mask, made so."""
+    x = batch[0] if isinstance(batch, tuple) else batch
+    if "tags_missing" in x:  # ragged or padded: an empty list is all padding (no tag is "")
+        x = dict(x, tags_missing=[m or not any(t) for m, t in zip(x["tags_missing"], x["tags"])])
+    return (x,) + tuple(batch[1:]) if isinstance(batch, tuple) else x
+
+
+@pytest.mark.parametrize("layout", [0, 1], ids=["rows", "blocks"])
+def test_missing_values_come_back_as_the_recorded_defaults_with_a_mask(both, layout):
+    (batch,) = ingest.make_dataset(both[layout], batch_size=4000, **_IN_ORDER).take(1)
     x, y = batch
     ids = x["id"].numpy()
     assert ids.tolist() == list(range(4000)) and y.numpy().tolist() == (ids % 3).tolist()
@@ -170,6 +180,18 @@ def test_missing_values_come_back_as_the_recorded_defaults(both):
     assert (x["f"].numpy()[ids % 5 == 0] == 0).all()
     assert all(len(t) == 0 for t, k in zip(x["tags"].to_list(), ids) if k % 13 == 0)
     assert x["vec"].shape == (4000, 3) and x["vec"][5].numpy().tolist() == [5, 5.5, -5]
+    # Each feature the metadata counts missing values for has its mask; the others none.
+    assert sorted(k for k in x if k.endswith("_missing")) == ["f_missing", "i_missing", "s_missing", "tags_missing"]
+    for name, every in (("i", 7), ("f", 5), ("s", 11)):
+        assert x[name + "_missing"].dtype == tf.bool
+        assert x[name + "_missing"].numpy().tolist() == (ids % every == 0).tolist()
+    tags = ids % 13 == 0
+    if layout == 0:  # the rows layout: an empty list is masked too
+        tags |= ids % 4 == 0
+    assert x["tags_missing"].numpy().tolist() == tags.tolist()
+    (filled, _), *_ = ingest.make_dataset(both[layout], batch_size=4000, missing="fill", **_IN_ORDER).take(1)
+    assert sorted(filled) == sorted(k for k in x if not k.endswith("_missing"))
+    assert filled["i"].numpy().tolist() == x["i"].numpy().tolist()
 
 
 def test_default_shuffle_reads_every_row_once_in_another_order(both):
@@ -280,6 +302,7 @@ def test_shuffled_rows_hold_the_same_values_in_both_layouts(both):
     def by_id(path):
         rows = {}
         for x, y in _batches(ingest.make_dataset(path, batch_size=128, seed=3, pad_lengths={"tags": 3})):
+            x = _as_rows_mask(x)
             for k, i in enumerate(x["id"]):
                 rows[i] = ({name: v[k] for name, v in x.items()}, y[k])
         return rows

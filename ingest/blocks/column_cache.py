@@ -56,7 +56,7 @@ def cached_column_batches(ds: tf.data.Dataset, req: Request, plan: _tuning.FileS
     window_rows = _tuning.block_window(k, plan.records, requested=req.options.block_window) * k
     columns = (
         ds.batch(max(plan.records, 1))
-        .map(lambda blocks: parse_blocks(blocks, features, codes=req.text_codes, ids=req.text_ids))
+        .map(lambda blocks: parse_blocks(blocks, features, codes=req.text_codes, ids=req.text_ids, masks=req.masks))
         .cache()
     )
     if req.num_epochs != 1:

@@ -17,7 +17,7 @@ permutation then moves 8-byte codes, not strings (a string costs ~4x an int64 to
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 import tensorflow as tf
 
@@ -45,7 +45,7 @@ def _coded(f: contract.FeatureSpec, codes: bool | None) -> bool:
 
 
 def _parse_spec(
-    features: Sequence[contract.FeatureSpec], with_presence: bool, codes: bool | None, ids: frozenset
+    features: Sequence[contract.FeatureSpec], presence: Collection[str], codes: bool | None, ids: frozenset
 ) -> dict:
     spec = {ROWS_FEATURE: tf.io.FixedLenFeature([1], tf.int64)}
     for f in features:
@@ -57,7 +57,7 @@ def _parse_spec(
             spec[f.name + CODES_SUFFIX] = _ragged(tf.int64)
         if f.is_variable_length:
             spec[f.name + ROW_LENGTHS_SUFFIX] = _ragged(tf.int64)
-        if with_presence:
+        if f.name in presence:
             spec[f.name + MISSING_SUFFIX] = _ragged(tf.int64)
     return spec
 
@@ -333,6 +333,7 @@ def parse_blocks(
     take=None,
     row_check=None,
     ids: Mapping | frozenset = frozenset(),
+    masks: Mapping | None = None,
 ):
     """N serialized blocks (a [N] string tensor) -> {name: all rows of the N blocks, in order}.
 
@@ -340,8 +341,8 @@ def parse_blocks(
     a RaggedTensor [R, None] with int64 row_splits; R is the sum of the blocks' `__rows__`.
     Missing values are already the column default in the blocks (the writer puts them
     there). With `with_presence=True`, returns `(values, presence)` where `presence[name]`
-    is a [R] bool tensor, False at the rows the blocks list in `F/missing`.
-
+    is a [R] bool tensor, False at the rows the blocks list in `F/missing`; `masks`
+    ({feature: a name}) adds its negation to the values under that name, for those named.
     With `with_block_rows=True`, the [N] int64 rows of each block (`__rows__`) come last.
 
     `codes`: whether the blocks' bytes columns carry `F/codes`: True for format 3, False
@@ -361,7 +362,9 @@ def parse_blocks(
     say where block i is (a list of strings and scalar tensors), by default its position
     among the N.
     """
-    parsed = tf.io.parse_example(serialized, _parse_spec(features, with_presence, codes, ids))
+    masks = masks or {}
+    present = [f for f in features if with_presence or f.name in masks]
+    parsed = tf.io.parse_example(serialized, _parse_spec(features, {f.name for f in present}, codes, ids))
     # Each bytes column's block dictionaries: of strings, or of ids for those read as ids.
     dictionaries_of = {f.name: parsed[f.name + IDS_SUFFIX if f.name in ids else f.name] for f in features}
     rows_per_block = parsed[ROWS_FEATURE][:, 0]
@@ -387,13 +390,14 @@ def parse_blocks(
             f.name: tf.identity(_column(f, values_of.get(f.name, dictionaries_of[f.name]), parsed, total_rows, where))
             for f in features
         }
+    presence = {f.name: _presence(f, parsed, rows_per_block, block_starts, total_rows, where) for f in present}
+    values.update({mask: tf.logical_not(presence[name]) for name, mask in masks.items()})
     if take is not None:
         take = _rows_taken(take)
         values = {name: take(column) for name, column in values.items()}
     values = {name: _strings(dictionaries_of[name].values, v) if name in values_of else v for name, v in values.items()}
     out = (values,)
     if with_presence:
-        presence = {f.name: _presence(f, parsed, rows_per_block, block_starts, total_rows, where) for f in features}
         out += (presence if take is None else {name: take(p) for name, p in presence.items()},)
     if with_block_rows:
         out += (rows_per_block,)

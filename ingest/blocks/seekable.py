@@ -522,6 +522,7 @@ class _SeekableOrder:
             locate=located_in(names, in_shard),
             codes=self.req.text_codes,
             ids=self.req.text_ids,
+            masks=self.req.masks,
             take=skip + order,
             row_check=lambda got: check_rows(got, want, names, in_shard),
         )

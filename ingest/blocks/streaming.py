@@ -60,12 +60,13 @@ def _window_parser(req: Request, plan: _tuning.FileShards):
                 locate=located_in(names, positions),
                 codes=req.text_codes,
                 ids=req.text_ids,
+                masks=req.masks,
             )
             with tf.control_dependencies([check_rows(got, want, names, positions)]):
                 rows = {name: tf.identity(column) for name, column in rows.items()}
         else:
             serialized = blocks
-            rows = parse_blocks(serialized, features, codes=req.text_codes, ids=req.text_ids)
+            rows = parse_blocks(serialized, features, codes=req.text_codes, ids=req.text_ids, masks=req.masks)
         if req.shuffle:
             rows = permute_rows(rows, None if seed is None else _window_seed(seed, index, serialized))
         # The label is split off per window, not per batch: one map fewer per batch (rebatch

@@ -48,6 +48,7 @@ def loader(
     pad_lengths: dict | None = None,
     static_shapes: bool = False,
     text: str = "strings",
+    missing: str = "mask",
     options=None,
     rank: int | None = None,
     world_size: int | None = None,
@@ -65,11 +66,11 @@ def loader(
 
     Source, batching and shuffling: `path`, `split`, `features`, `label`, `label_ids`,
     `shuffle`, `seed`, `num_epochs`, `drop_remainder`, `pad_lengths`, `static_shapes`,
-    `text` and `options` as in `ingest.make_dataset`. A variable-length feature must be
-    padded (`pad_lengths` or `static_shapes`): batches are dense arrays. Each `iter()` is
-    a new pass over `num_epochs` epochs, in a new order, as a new iterator of
-    `make_dataset` is. Without a `seed` one is drawn when the loader is made (and kept in
-    its `state_dict`).
+    `text`, `missing` and `options` as in `ingest.make_dataset` (a feature with missing
+    values has its bool NAME_missing beside it). Variable-length features must be padded
+    (`pad_lengths` or `static_shapes`): batches are dense arrays. Each `iter()` is a new
+    pass over `num_epochs` epochs in a new order, as a new iterator of `make_dataset` is.
+    Without a `seed`, one is drawn when the loader is made (kept in its `state_dict`).
 
     Ranks (data parallel training):
         rank, world_size: this process's part of each epoch: disjoint parts whose union
@@ -117,7 +118,7 @@ def loader(
 # The keywords loader passes on to make_dataset's request, as they are.
 _MAKE_DATASET_KEYWORDS = frozenset(
     "batch_size split features label label_ids shuffle seed num_epochs drop_remainder pad_lengths static_shapes "
-    "text options".split()
+    "text missing options".split()
 )
 
 
