@@ -231,7 +231,7 @@ def _masks(info: contract.DatasetInfo, selected, missing: str, path) -> dict:
     if missing == "fill":
         return {}
     masks = {f.name: f.name + MASK_SUFFIX for f in info.features if f.name in selected and f.missing}
-    taken = set(selected)
+    taken = {f.name for f in info.features}  # read or not: the key would mean two things
     clash = sorted(name for name, mask in masks.items() if mask in taken)
     if clash:
         raise ValueError(
