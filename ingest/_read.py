@@ -27,12 +27,72 @@ from ingest.blocks.parse import check_blocks
 if TYPE_CHECKING:
     from ingest._request import Request
 
-__all__ = ["glob_escaped", "records", "shard_plan", "skipped_corrupt_records"]
+__all__ = ["fingerprint_check", "glob_escaped", "records", "shard_plan", "skipped_corrupt_records"]
 
 logger = logging.getLogger(__name__)
 
 _skipped_lock = threading.Lock()
 _skipped: dict = {}
+# (file, size, fingerprint) of the shards this process found as the conversion wrote them:
+# each is read at its ends once, not at every open (the seekable order opens a shard per window).
+_fingerprinted: set = set()
+
+
+def _check_fingerprints(names, sizes, fingerprints):  # runs inside tf.data, through py_function
+    for name, size, expected in zip(names.numpy(), sizes.numpy(), fingerprints.numpy()):
+        key = (name, int(size), expected)
+        if not expected or key in _fingerprinted:
+            continue  # converted before fingerprints were recorded, or checked already
+        name = name.decode("utf-8", "surrogateescape")
+        try:
+            ends = _ends(name, int(size))
+        except tf.errors.NotFoundError:
+            continue  # the missing-shard checks name it (a stat cache may still list it)
+        if ends is None:
+            continue  # the record counts name a short or long shard, or skip it with skip_corrupt
+        if contract.shard_fingerprint(int(size), *ends) != expected.decode():
+            raise ValueError(
+                f"shard {name} is not the file the conversion wrote: it has the size "
+                f"{contract.METADATA_FILENAME} records ({size} bytes) but other bytes at its ends (its fingerprint "
+                "differs: a shard of another conversion swapped in?). Restore the shard the conversion wrote, or "
+                "reconvert the dataset"
+            )
+        _fingerprinted.add(key)
+    return 0
+
+
+def _ends(name: str, size: int):
+    """(head, tail) of a shard of `size` bytes; None when its size is another."""
+    if tf.io.gfile.stat(name).length != size:
+        return None
+    with tf.io.gfile.GFile(name, "rb") as f:
+        head = f.read(contract.FINGERPRINT_BYTES)
+        f.seek(max(size - contract.FINGERPRINT_BYTES, 0))
+        return head, f.read(contract.FINGERPRINT_BYTES)
+
+
+def fingerprint_check(req: Request, files):
+    """files -> (their [n] names -> an op that fails naming the first whose size is the one
+    recorded but whose ends are not (`contract.shard_fingerprint`)), or None where it cannot
+    run: under the tf.data service (its workers run no Python) or with no fingerprint recorded.
+
+    A shard of another conversion with the same name, size and record count passes every
+    count; its ends (records, CRCs and lengths) tell it. Each shard is read at its ends once
+    per process, when a pipeline first opens it.
+    """
+    by_file = {f"{req.path}/{s.filename}": s for s in req.split.shards}
+    shards = [by_file.get(f) for f in files]
+    if req.service is not None or not any(s is not None and s.fingerprint for s in shards):
+        return None
+    sizes = tf.constant([s.bytes if s is not None else -1 for s in shards], tf.int64)
+    fingerprints = tf.constant([(s.fingerprint or "") if s is not None else "" for s in shards])
+
+    def check(positions, names):
+        return tf.py_function(
+            _check_fingerprints, [names, tf.gather(sizes, positions), tf.gather(fingerprints, positions)], tf.int64
+        )
+
+    return check
 
 
 def skipped_corrupt_records() -> dict:
@@ -190,7 +250,16 @@ def _too_many_in_graph(filename, expected, total, *, unit: str):
         return tf.constant(0, tf.int64)
 
 
-def _reader(req: Request, *, located: bool = False):
+def _present(filename, shard, fingerprints):
+    """[filename], or [] when it does not exist: looked up as the shard enters the
+    interleave, after its fingerprint check, so a missing file is opened as no files."""
+    checks = [] if fingerprints is None else [fingerprints(tf.reshape(shard, [1]), tf.reshape(filename, [1]))]
+    with tf.control_dependencies(checks):
+        exists = _exists_in_graph(filename)
+    return tf.boolean_mask(tf.reshape(filename, [1]), tf.reshape(exists, [1]))
+
+
+def _reader(req: Request, *, located: bool = False, fingerprints=None):
     """Reads one shard as blocks of records; checks it yields what the metadata promises.
 
     `located`: each record comes as (record, its shard's index in the plan's files, its
@@ -229,8 +298,7 @@ def _reader(req: Request, *, located: bool = False):
         return tf.data.TFRecordDataset(filenames, compression_type=compression, buffer_size=buffer)
 
     def read(filename, expected, expected_rows, shard):
-        # Looked up as the shard enters the interleave: a missing file is opened as no files.
-        present = tf.boolean_mask(tf.reshape(filename, [1]), tf.reshape(_exists_in_graph(filename), [1]))
+        present = _present(filename, shard, fingerprints)
         if opts.symbolic_checkpoint:
             # ignore_errors cannot be checkpointed symbolically: a corrupt record raises TF's
             # own error, unnamed; missing files and wrong counts are still caught below.
@@ -318,7 +386,7 @@ def records(req: Request, plan: _tuning.FileShards, *, located: bool = False) ->
     cycle = _tuning.cycle_length(len(plan.files), remote=remote, cpu_count=usable_cpus(), requested=opts.cycle_length)
     parallel = _tuning.interleave_parallelism(cycle, remote=remote, requested=opts.num_parallel_calls)
     ds = ds.interleave(
-        _reader(req, located=located),
+        _reader(req, located=located, fingerprints=fingerprint_check(req, plan.files)),
         cycle_length=cycle,
         num_parallel_calls=parallel or tf.data.AUTOTUNE,
         # Record-level sharding needs the same record order in every pipeline.

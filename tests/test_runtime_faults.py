@@ -420,3 +420,11 @@ def test_each_shard_records_a_fingerprint_of_its_size_and_ends_that_tells_a_same
     meta["splits"][0]["shards"][0]["fingerprint"] = "lots"
     with pytest.raises(ValueError, match=r"shards\[0\]\.fingerprint must be 64 hexadecimal digits"):
         ingest.DatasetInfo.from_json(json.dumps(meta))
+    if compression == "none":  # same name, size and count: only the fingerprint tells the swap, when opened
+        shutil.copy(tmp_path / "b" / shards[1].filename, tmp_path / "a" / shards[0].filename)
+        orders = [dict(), dict(shuffle=False), dict(cache="memory")]
+        orders.append(dict(options=ingest.ReadOptions(symbolic_checkpoint=False)))
+        for kwargs in orders:
+            with pytest.raises(tf.errors.InvalidArgumentError, match=r"is not the file the conversion wrote"):
+                list(ingest.make_dataset(str(tmp_path / "a"), batch_size=100, **kwargs))
+        assert len(list(ingest.make_dataset(str(tmp_path / "b"), batch_size=100))) == 6

@@ -314,6 +314,7 @@ def _as_format_2(path) -> None:
                 for block in blocks:
                     writer.write(block)
             shard["bytes"] = os.path.getsize(file)
+            shard.pop("fingerprint", None)  # recorded since format 4
             os.remove(os.path.join(path, shard.pop("index")))
         split["bytes"] = sum(shard["bytes"] for shard in split["shards"])
     meta["format_version"] = 2

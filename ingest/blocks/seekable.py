@@ -99,6 +99,7 @@ def _block_reads(index: BlockIndex, req: Request):
     lengths = tf.constant(index.lengths)
     per_file = tf.constant(np.bincount(index.file_of, minlength=len(index.files)).astype(np.int64))
     remote = _tuning.is_remote(req.path)
+    fingerprints = _read.fingerprint_check(req, index.files)
     spec = tf.TensorSpec([], tf.string)
 
     def one(position, name, offset, length, count):
@@ -133,6 +134,10 @@ def _block_reads(index: BlockIndex, req: Request):
         # On object storage a listing per window would be a request per window, and its error
         # would name the directory: there TensorFlow's own NotFoundError names the missing object.
         checks = [] if remote else [_files_exist(names, tf.gather(per_file, which))]
+        if fingerprints is not None:  # each file read at its ends once per process: a set lookup after
+            touched = tf.unique(which).y
+            with tf.control_dependencies(checks):
+                checks = [fingerprints(touched, tf.gather(files, touched))]
         with tf.control_dependencies(checks):
             first = tf.identity(first)
         ds = tf.data.Dataset.from_tensor_slices(
