@@ -302,8 +302,8 @@ def _column(f: contract.FeatureSpec, values: tf.RaggedTensor, parsed: Mapping, t
         return tf.RaggedTensor.from_row_splits(values.values, tf.identity(splits), validate=False)
 
 
-def _presence(f: contract.FeatureSpec, parsed: Mapping, rows_per_block, block_starts, total_rows, where) -> tf.Tensor:
-    """[R] bool: False at the rows that the blocks' `F/missing` lists name."""
+def _missing_rows(f: contract.FeatureSpec, parsed: Mapping, rows_per_block, block_starts, where) -> tf.Tensor:
+    """The rows (in the N blocks' order) that the blocks' `F/missing` lists name, checked."""
     missing = parsed[f.name + MISSING_SUFFIX]
     block_of = missing.value_rowids()
     rows_of_block = tf.gather(rows_per_block, block_of)
@@ -317,9 +317,38 @@ def _presence(f: contract.FeatureSpec, parsed: Mapping, rows_per_block, block_st
         ),
     )
     with tf.control_dependencies([check]):
-        rows = missing.values + tf.gather(block_starts, block_of)
+        return missing.values + tf.gather(block_starts, block_of)
+
+
+def _presence(f: contract.FeatureSpec, parsed: Mapping, rows_per_block, block_starts, total_rows, where) -> tf.Tensor:
+    """[R] bool: False at the rows that the blocks' `F/missing` lists name."""
+    rows = _missing_rows(f, parsed, rows_per_block, block_starts, where)
     marked = tf.scatter_nd(rows[:, None], tf.ones_like(rows, dtype=tf.int32), tf.reshape(total_rows, [1]))
     return tf.equal(marked, 0)
+
+
+def _missing_matrix(features, parsed: Mapping, rows_per_block, block_starts, total_rows, where) -> tf.Tensor:
+    """[R, F] bool: True at the rows each of the F features' `F/missing` lists name.
+
+    One scatter for all F, and (by the caller) one gather of its rows for a permutation:
+    a scatter and a gather per feature cost the seekable order ~18% of its rows/s at
+    4096 with 10 masks (21 columns, a tenth of their values missing)."""
+    k = len(features)
+    rows = [_missing_rows(f, parsed, rows_per_block, block_starts, where) * k + i for i, f in enumerate(features)]
+    flat = tf.concat(rows, 0)
+    marked = tf.scatter_nd(flat[:, None], tf.ones_like(flat, dtype=tf.int32), tf.reshape(total_rows * k, [1]))
+    return tf.reshape(tf.not_equal(marked, 0), [-1, k])
+
+
+def _mask_columns(features, masks: Mapping, take, parsed, rows_per_block, block_starts, total_rows, where) -> dict:
+    """{mask name: [R] bool} for the features `masks` names, their rows `take`n."""
+    masked = [f for f in features if f.name in masks]
+    if not masked:
+        return {}
+    matrix = _missing_matrix(masked, parsed, rows_per_block, block_starts, total_rows, where)
+    if take is not None:
+        matrix = take(matrix)
+    return dict(zip((masks[f.name] for f in masked), tf.unstack(matrix, axis=1)))
 
 
 def parse_blocks(
@@ -363,8 +392,8 @@ def parse_blocks(
     among the N.
     """
     masks = masks or {}
-    present = [f for f in features if with_presence or f.name in masks]
-    parsed = tf.io.parse_example(serialized, _parse_spec(features, {f.name for f in present}, codes, ids))
+    present = {f.name for f in features if with_presence or f.name in masks}
+    parsed = tf.io.parse_example(serialized, _parse_spec(features, present, codes, ids))
     # Each bytes column's block dictionaries: of strings, or of ids for those read as ids.
     dictionaries_of = {f.name: parsed[f.name + IDS_SUFFIX if f.name in ids else f.name] for f in features}
     rows_per_block = parsed[ROWS_FEATURE][:, 0]
@@ -390,14 +419,14 @@ def parse_blocks(
             f.name: tf.identity(_column(f, values_of.get(f.name, dictionaries_of[f.name]), parsed, total_rows, where))
             for f in features
         }
-    presence = {f.name: _presence(f, parsed, rows_per_block, block_starts, total_rows, where) for f in present}
-    values.update({mask: tf.logical_not(presence[name]) for name, mask in masks.items()})
     if take is not None:
         take = _rows_taken(take)
         values = {name: take(column) for name, column in values.items()}
+    values.update(_mask_columns(features, masks, take, parsed, rows_per_block, block_starts, total_rows, where))
     values = {name: _strings(dictionaries_of[name].values, v) if name in values_of else v for name, v in values.items()}
     out = (values,)
     if with_presence:
+        presence = {f.name: _presence(f, parsed, rows_per_block, block_starts, total_rows, where) for f in features}
         out += (presence if take is None else {name: take(p) for name, p in presence.items()},)
     if with_block_rows:
         out += (rows_per_block,)

@@ -26,6 +26,7 @@ given) fails instead of resuming into a different order.
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import logging
 import random
@@ -82,6 +83,22 @@ def _fingerprint(index: BlockIndex, *parts) -> int:
     return int.from_bytes(h.digest()[:8], "little") >> 2
 
 
+def _check_shards_once(req: Request, index: BlockIndex) -> None:
+    """Each shard's recorded fingerprint against its ends, once per process, as the order is
+    built (its block index is read then too): a py_function in this graph, as the other
+    orders check, makes tf.data log a warning per window that the graph holds state."""
+    if req.service is not None:
+        return
+    by_file = {f"{req.path}/{s.filename}": s for s in req.split.shards}
+    shards = [by_file[f] for f in index.files if f in by_file]
+    listed = [(f"{req.path}/{s.filename}", s.bytes, s.fingerprint) for s in shards if s.fingerprint]
+    if not _tuning.is_remote(req.path):
+        _read.check_shards(listed)
+        return
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:  # two small requests a shard, 8 at once
+        list(pool.map(lambda shard: _read.check_shards([shard]), listed))
+
+
 def _draw_seed() -> int:
     return random.SystemRandom().randrange(1, 2**62)
 
@@ -99,7 +116,6 @@ def _block_reads(index: BlockIndex, req: Request):
     lengths = tf.constant(index.lengths)
     per_file = tf.constant(np.bincount(index.file_of, minlength=len(index.files)).astype(np.int64))
     remote = _tuning.is_remote(req.path)
-    fingerprints = _read.fingerprint_check(req, index.files)
     spec = tf.TensorSpec([], tf.string)
 
     def one(position, name, offset, length, count):
@@ -134,10 +150,6 @@ def _block_reads(index: BlockIndex, req: Request):
         # On object storage a listing per window would be a request per window, and its error
         # would name the directory: there TensorFlow's own NotFoundError names the missing object.
         checks = [] if remote else [_files_exist(names, tf.gather(per_file, which))]
-        if fingerprints is not None:  # each file read at its ends once per process: a set lookup after
-            touched = tf.unique(which).y
-            with tf.control_dependencies(checks):
-                checks = [fingerprints(touched, tf.gather(files, touched))]
         with tf.control_dependencies(checks):
             first = tf.identity(first)
         ds = tf.data.Dataset.from_tensor_slices(
@@ -313,6 +325,7 @@ class _SeekableOrder:
         self.file_of = tf.constant(index.file_of)
         self.num_blocks = len(index)
         self.reads = _block_reads(index, req)
+        _check_shards_once(req, index)
         self.shuffle = req.shuffle
         self.run_starts, self.run_lengths = (tf.constant(a) for a in block_runs(index, run))
         self.num_runs = int(self.run_starts.shape[0])
