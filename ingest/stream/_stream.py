@@ -81,6 +81,17 @@ class Stream:
 
     def batches(self, iteration: int, start: int, global_seed=None):
         """Pass `iteration` from batch `start`: lists of columns (views, valid until the next batch)."""
+        windows = self.windows(iteration, start, global_seed)
+        try:
+            for columns, ranges in windows:
+                for first, end in ranges:
+                    yield [c[first:end] if not isinstance(c, _transport._Text) else c.rows(first, end) for c in columns]
+        finally:
+            windows.close()
+
+    def windows(self, iteration: int, start: int, global_seed=None):
+        """Pass `iteration` from batch `start`, a window at a time: (its columns, the (first,
+        end) rows of each of its batches to deliver); the columns are valid until the next."""
         plan = self.plan
         self.generation += 1
         source = self._local_windows if self.workers is None else self._worker_windows
@@ -96,11 +107,12 @@ class Stream:
                 if got != w:
                     raise WorkerError(f"window {got} came where window {w} was due: the workers disagree on the order")
                 _check_rows(columns, plan, w)
+                ranges = []
                 while (stop is None or b < stop) and plan.window_of(b) == w:
                     first = (b - w * plan.batches_per_window) * plan.batch_size
-                    end = first + plan.batch_rows(b)
-                    yield [c[first:end] if not isinstance(c, _transport._Text) else c.rows(first, end) for c in columns]
+                    ranges.append((first, first + plan.batch_rows(b)))
                     b += 1
+                yield columns, ranges
                 if stop is not None and b >= stop:
                     break
         finally:
