@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -72,6 +73,20 @@ def test_one_and_three_workers_deliver_the_same_batches(dataset):
     for processes in (1, 3):  # 2: test_state_dict_resumes_at_the_exact_next_batch
         with ingest.loader(dataset, processes=processes, **KW) as loader:
             assert [_digest(loader), _digest(loader)] == want, processes
+
+
+def test_workers_serve_after_a_library_set_a_default_socket_timeout(dataset):
+    # Beam's GCP auth sets socket.setdefaulttimeout(60) in the process (a conversion to
+    # gs:// before the loader, in a notebook or a test session): the workers' sockets made
+    # after it must still block, or a worker's read finds no message and raises EAGAIN.
+    previous = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(60)
+    try:
+        with ingest.loader(dataset, processes=1, **dict(KW, num_epochs=1)) as loader:
+            ids = np.concatenate([f["id"] for f, _ in loader])
+    finally:
+        socket.setdefaulttimeout(previous)
+    assert sorted(ids) == list(range(ROWS))
 
 
 @pytest.mark.slow

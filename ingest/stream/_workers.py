@@ -59,6 +59,11 @@ class Workers:
         self.procs, self.conns = [], []
         for k in range(workers):
             mine, theirs = socket.socketpair()
+            # Blocking whatever socket.setdefaulttimeout says (Beam's GCP auth sets 60 s): a
+            # timeout makes the descriptor non-blocking, and a worker's read of it would
+            # raise BlockingIOError whenever no message is there yet.
+            mine.setblocking(True)
+            theirs.setblocking(True)
             proc = subprocess.Popen(
                 [sys.executable, "-m", "ingest.stream._worker", str(theirs.fileno()), str(os.getpid())],
                 pass_fds=[theirs.fileno()],
