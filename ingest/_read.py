@@ -39,15 +39,18 @@ _skipped: dict = {}
 _fingerprinted: set = set()
 
 
-def _check_fingerprints(names, sizes, fingerprints):  # runs inside tf.data, through py_function
-    check_shards(zip(names.numpy(), sizes.numpy().tolist(), fingerprints.numpy()))
+def _check_fingerprints(names, sizes, fingerprints, skip_corrupt):  # runs inside tf.data, through py_function
+    check_shards(zip(names.numpy(), sizes.numpy().tolist(), fingerprints.numpy()), skip_corrupt=bool(skip_corrupt))
     return 0
 
 
-def check_shards(shards) -> None:
+def check_shards(shards, *, skip_corrupt: bool = False) -> None:
     """(name, size, fingerprint) -> fails naming the first shard of the recorded size whose
     ends are not the ones the conversion wrote (`contract.shard_fingerprint`); names and
-    fingerprints as str or bytes. Each shard is read once per process."""
+    fingerprints as str or bytes. Each shard is read once per process.
+
+    With `skip_corrupt` such a shard is logged and read: its ends may be corrupt, and its
+    records' CRCs then skip what is (a swapped shard's records would pass them)."""
     for name, size, expected in shards:
         name = name.decode("utf-8", "surrogateescape") if isinstance(name, bytes) else name
         expected = expected.decode() if isinstance(expected, bytes) else expected
@@ -61,12 +64,17 @@ def check_shards(shards) -> None:
         if ends is None:
             continue  # the record counts name a short or long shard, or skip it with skip_corrupt
         if contract.shard_fingerprint(int(size), *ends) != expected:
-            raise ValueError(
-                f"shard {name} is not the file the conversion wrote: it has the size "
-                f"{contract.METADATA_FILENAME} records ({size} bytes) but other bytes at its ends (its fingerprint "
-                "differs: a shard of another conversion swapped in?). Restore the shard the conversion wrote, or "
-                "reconvert the dataset"
+            why = (
+                f"shard {name} is not the file the conversion wrote: it has the size {contract.METADATA_FILENAME} "
+                f"records ({size} bytes) but other bytes at its ends (its fingerprint differs: corrupt, or a shard "
+                "of another conversion swapped in)"
             )
+            if not skip_corrupt:
+                raise ValueError(
+                    f"{why}. Restore the shard the conversion wrote or reconvert the dataset, or pass "
+                    "skip_corrupt=True to read it and skip its corrupt records"
+                )
+            logger.warning("%s; read with skip_corrupt=True, its corrupt records will be skipped", why)
         _fingerprinted.add(key)
 
 
@@ -111,9 +119,8 @@ def fingerprint_check(req: Request, files):
     fingerprints = tf.constant([(s.fingerprint or "") if s is not None else "" for s in shards])
 
     def check(positions, names):
-        return tf.py_function(
-            _check_fingerprints, [names, tf.gather(sizes, positions), tf.gather(fingerprints, positions)], tf.int64
-        )
+        given = [names, tf.gather(sizes, positions), tf.gather(fingerprints, positions), req.skip_corrupt]
+        return tf.py_function(_check_fingerprints, given, tf.int64)
 
     return check
 

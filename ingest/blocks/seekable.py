@@ -93,10 +93,10 @@ def _check_shards_once(req: Request, index: BlockIndex) -> None:
     shards = [by_file[f] for f in index.files if f in by_file]
     listed = [(f"{req.path}/{s.filename}", s.bytes, s.fingerprint) for s in shards if s.fingerprint]
     if not _tuning.is_remote(req.path):
-        _read.check_shards(listed)
+        _read.check_shards(listed, skip_corrupt=req.skip_corrupt)
         return
     with concurrent.futures.ThreadPoolExecutor(8) as pool:  # two small requests a shard, 8 at once
-        list(pool.map(lambda shard: _read.check_shards([shard]), listed))
+        list(pool.map(lambda shard: _read.check_shards([shard], skip_corrupt=req.skip_corrupt), listed))
 
 
 def _draw_seed() -> int:
