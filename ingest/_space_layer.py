@@ -13,6 +13,7 @@ the fill (0, 0.0, ""). The fill cannot tell, since a real 0 looks the same.
 from __future__ import annotations
 
 import keras
+from keras.src.layers.preprocessing.feature_space import TFDConcat
 from keras.utils import FeatureSpace
 
 MISSING_SUFFIX = "_missing"  # make_dataset's mask of feature f is f + MISSING_SUFFIX
@@ -92,7 +93,7 @@ class ImputingFeatureSpace(FeatureSpace):
         self.ids = (
             sorted(n for n, f in self.features.items() if f.output_mode == "int") if output_mode == "concat" else []
         )
-        self.apart_concat = None
+        self.indicator_concat = TFDConcat(axis=-1)  # FeatureSpace's own concatenation, for the indicators
         if self.ids and CONCAT_KEY in self.features:
             raise ValueError(
                 f"feature {CONCAT_KEY!r} would share its key with the concatenation beside the embedding ids "
@@ -105,6 +106,12 @@ class ImputingFeatureSpace(FeatureSpace):
             if absent:
                 raise ValueError(_absent_message(absent, sorted(data)))
             data = {name: data[name] for name in self.inputs}  # the rest of the batch is not an input
+            if self.ids and all(len(getattr(x, "shape", ())) == 0 for x in data.values()):
+                # One record: FeatureSpace squeezes a concatenation it made a batch of one, but
+                # not one held in a dict beside the ids.
+                tf = _tf()
+                out = super().__call__({name: tf.reshape(x, [1]) for name, x in data.items()})
+                return {name: tf.squeeze(x, 0) for name, x in out.items()}
         return super().__call__(data)
 
     def _preprocess_features(self, features):
@@ -122,22 +129,17 @@ class ImputingFeatureSpace(FeatureSpace):
     def _merge_features(self, preprocessed_features, crossed_features):
         apart = {n + MISSING_SUFFIX for n in self.missing} | set(self.ids)
         rest = {n: x for n, x in preprocessed_features.items() if n not in apart}
-        merged = super()._merge_features(rest, crossed_features) if rest or crossed_features else {}
+        dense = bool(rest or crossed_features)
+        merged = super()._merge_features(rest, crossed_features) if dense else {}
         if self.output_mode == "dict":
             return {**merged, **{n: x for n, x in preprocessed_features.items() if n in apart}}
         indicators = [preprocessed_features[n + MISSING_SUFFIX] for n in sorted(self.missing)]
         if indicators:
-            if self.apart_concat is None:
-                from keras.src.layers.preprocessing.feature_space import TFDConcat
-
-                self.apart_concat = TFDConcat(axis=-1)
-            merged = self.apart_concat(([merged] if rest or crossed_features else []) + indicators)
+            merged = self.indicator_concat(([merged] if dense else []) + indicators)
         if not self.ids:
             return merged
-        return {
-            **({CONCAT_KEY: merged} if rest or crossed_features or indicators else {}),
-            **{n: preprocessed_features[n] for n in self.ids},
-        }
+        matrix = {CONCAT_KEY: merged} if dense or indicators else {}
+        return {**matrix, **{n: preprocessed_features[n] for n in self.ids}}
 
     def get_config(self):
         return {**super().get_config(), "missing": dict(self.missing)}

@@ -229,6 +229,10 @@ def test_the_space_saves_loads_and_builds_a_model_with_its_masks_and_ids(tmp_pat
         space.get_inputs(), keras.layers.Dense(1)(keras.layers.Concatenate()([encoded["concat"], user]))
     )
     assert model({k: x[k] for k in sorted(space.get_inputs())}).shape == (64, 1)
+    # One record, as FeatureSpace takes it: each output without the batch dimension.
+    one = space({k: v[0] for k, v in x.items()})
+    assert one["concat"].shape == out["concat"].shape[1:] and one["user"].shape == (1,)
+    np.testing.assert_allclose(one["concat"], out["concat"][0], atol=1e-6)
 
 
 def _stats(count: int, distinct: int | None, *, exact: bool = True, top: int = 0, mean=None):
