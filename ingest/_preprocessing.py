@@ -55,24 +55,30 @@ class Preprocessing:
 
         Works on numpy arrays, torch tensors and JAX arrays alike (plain arithmetic)."""
         out = dict(features)
-        for name, value in self.imputed.items():
-            if name not in out:
-                continue
-            if name + MISSING_SUFFIX not in out:
-                raise ValueError(
-                    f"feature {name!r}: the batch has no {name + MISSING_SUFFIX!r}, the mask of the records that "
-                    "lacked it, which make_dataset(missing='mask') yields; pass the batch whole, or build the "
-                    "preprocessing with missing='fill'"
-                )
-            lacked = out[name + MISSING_SUFFIX]
-            if value is not None:  # x where present, value where not; exact, since x is 0 there
-                x = out[name] * 1.0 if isinstance(value, float) else out[name]
-                out[name] = x + (value - x) * (lacked * 1)
-            out[name + MISSING_SUFFIX] = lacked * 1.0
+        lacked = {name: self._mask(out, name) for name in self.imputed if name in out}
         for name, (mean, std) in self.numbers.items():
             if name in out:
                 out[name] = (out[name] * 1.0 - mean) / (std or 1.0)
+                if name in lacked and self.imputed[name] is not None:
+                    # The mean standardized is 0: exactly 0 there, as feature_space gives; a
+                    # present value kept as it is (times True), an infinity too.
+                    out[name] = out[name] * ~lacked[name]
+        for name, mask in lacked.items():
+            value = self.imputed[name]
+            if name not in self.numbers and value is not None:  # ids: x where present, value where not
+                out[name] = out[name] + (value - out[name]) * (mask * 1)
+            out[name + MISSING_SUFFIX] = mask * 1.0
         return out
+
+    @staticmethod
+    def _mask(features: dict, name: str):
+        if name + MISSING_SUFFIX not in features:
+            raise ValueError(
+                f"feature {name!r}: the batch has no {name + MISSING_SUFFIX!r}, the mask of the records that "
+                "lacked it, which make_dataset(missing='mask') yields; pass the batch whole, or build the "
+                "preprocessing with missing='fill'"
+            )
+        return features[name + MISSING_SUFFIX]
 
     def matrix(self, features: dict):
         """The standardized numbers as one [batch, n] float matrix, in `numbers`' order, then

@@ -83,7 +83,8 @@ def test_it_standardizes_numpy_and_torch_batches_alike(dataset):
     mean, std = pre.numbers["x"]
     # The numbers are those of the values present; a missing x is the mean, 0 once standardized.
     assert mean == pytest.approx(present.mean(), rel=1e-5) and std == pytest.approx(present.std(), rel=1e-4)
-    np.testing.assert_allclose(m[:, 0], np.where(lacked, 0.0, (features["x"] - mean) / std), atol=1e-5)
+    np.testing.assert_allclose(m[:, 0], np.where(lacked, 0.0, (features["x"] - mean) / std), atol=1e-6)
+    assert (m[lacked, 0] == 0).all()  # the mean, standardized: 0 exactly, as feature_space gives
     np.testing.assert_array_equal(m[:, 2], lacked.astype(np.float32))
     assert lacked.sum() == ROWS // 10
     t = pre.matrix({k: torch.from_numpy(v) for k, v in features.items()})
