@@ -321,6 +321,13 @@ def test_feature_space_defaults_give_a_many_valued_text_its_recorded_ids(dataset
         assert out["concat"].shape == (500, len(ingest.load_info(dataset).vocabulary("city")) + 1)
 
 
+def test_feature_space_refuses_a_named_feature_it_cannot_take_saying_why(dataset):
+    with pytest.raises(ValueError, match=r"feature 'tags' cannot be in a FeatureSpace: a list .*leave it out"):
+        ingest.feature_space(dataset, features=["city", "tags"])
+    with pytest.raises(ValueError, match=r"missing must be 'mask' or 'fill', as make_dataset takes it, got 'drop'"):
+        ingest.feature_space(dataset, missing="drop")
+
+
 def _edited_copy(dataset, dst, feature: str, edit, *, metadata=None) -> str:
     """A copy of `dataset` whose vocabulary file of `feature` is `edit(values)` (a JSON value)."""
     shutil.copytree(dataset, dst)
