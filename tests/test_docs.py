@@ -1,7 +1,7 @@
 """The docs' Python examples run as written, on small datasets made here under the paths they use.
 
 Every ```python block of docs/*.md runs, in order, each with what its page takes as given, in a working
-directory holding out/ds, out/penguins, out/img, out/blocks and out/main/dataset; a block
+directory holding out/ds, out/penguins, out/img, out/blocks, out/flights and out/main/dataset; a block
 that cannot run here is marked `<!-- not run: why -->` just above it. The site itself is
 built by `mkdocs build --strict` in `make test`.
 """
@@ -58,6 +58,26 @@ def _images(root) -> str:
     return str(root / "photos")
 
 
+def _flights(root) -> str:
+    """docs/statistics.md's flights: 150 destinations (text), carriers and delays some
+    records lack, flight numbers (identifiers), distances (a measurement)."""
+    rng = np.random.default_rng(4)
+    n = 3000
+    carriers = np.array(["AA", "B6", "DL", "EV", "MQ", "UA", "US", "WN"], dtype=object)
+    lacked = rng.random(n) < 0.05
+    table = pa.table(
+        {
+            "dest": [f"A{k:03d}" for k in rng.integers(0, 150, n)],
+            "carrier": pa.array(carriers[rng.integers(0, 8, n)], pa.string(), mask=lacked),
+            "flight": rng.integers(1, 5000, n),
+            "distance": rng.integers(1, 201, n) * 25,
+            "delay": pa.array(rng.normal(10, 30, n).round(), pa.float32(), mask=rng.random(n) < 0.1),
+            "late": rng.integers(0, 2, n),
+        }
+    )
+    return convert_table(root / "flights", table, "--label", "late")
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     from benchmarks import corpus
@@ -108,6 +128,7 @@ def workdir(tmp_path_factory):
             "name": pa.array([f"n{i % 7}".encode() for i in range(500)], pa.binary()),
         }
     )
+    os.rename(_flights(root), root / "out" / "flights")
     blocks = convert_table(root / "blocks", table, "--block_rows", "64")
     os.rename(blocks, root / "out" / "blocks")
     csv = corpus.ensure_csv(str(root / "corpus"), 3000)

@@ -275,28 +275,57 @@ def test_counts_add_up_across_chunks_and_bundles_and_drop_past_the_limit(limit):
     assert vocab_stats.ranked(got, limit) == (tuple(v.decode() for v in ranked), "")
 
 
-def test_feature_space_of_ids_encodes_each_row_as_that_of_strings_does(dataset):
+@pytest.mark.parametrize("missing", ["mask", "fill"])
+def test_feature_space_of_ids_encodes_each_row_as_that_of_strings_does(dataset, missing):
     import keras
 
     fs = keras.utils.FeatureSpace
-    on_strings = ingest.feature_space(
-        dataset, features={"city": fs.string_categorical(), "maybe": fs.string_categorical()}, output_mode="dict"
-    )
+    specs = {"city": fs.string_categorical(), "maybe": fs.string_categorical()}
+    on_strings = ingest.feature_space(dataset, features=specs, output_mode="dict", missing=missing)
     on_ids = ingest.feature_space(
         dataset,
         text="ids",
         features={"city": fs.integer_categorical(), "maybe": fs.integer_categorical()},
         output_mode="dict",
+        missing=missing,
     )
     (x, _), (y, _) = (
         next(iter(ingest.make_dataset(dataset, batch_size=500, shuffle=False, **kw))) for kw in ({}, {"text": "ids"})
     )
-    a = on_strings({"city": x["city"], "maybe": x["maybe"]})
-    b = on_ids({"city": y["city"], "maybe": y["maybe"]})
-    for name in ("city", "maybe"):
+    # `maybe` lacks a value in every 7th row, and "" is none of its values: the mask, where
+    # make_dataset does not yield it. Read as ids the missing rows are id 0, out of vocabulary.
+    lacked = tf.equal(x["maybe"], b"")
+    assert np.asarray(lacked).any() and not np.asarray(y["maybe"])[np.asarray(lacked)].any()
+    a = on_strings({"city": x["city"], "maybe": x["maybe"], "maybe_missing": lacked})
+    b = on_ids({"city": y["city"], "maybe": y["maybe"], "maybe_missing": lacked})
+    assert set(a) == set(b) == {"city", "maybe"} | ({"maybe_missing"} if missing == "mask" else set())
+    for name in a:
         np.testing.assert_array_equal(np.asarray(a[name]), np.asarray(b[name]))
-    chosen = ingest.feature_space(dataset, text="ids")  # defaults: url has too many values to one-hot
-    assert isinstance(chosen.preprocessors["url"], keras.layers.Hashing)
+
+
+def test_feature_space_defaults_give_a_many_valued_text_its_recorded_ids(dataset):
+    import keras
+
+    # url has 3,000 values, more than one-hot takes: ids for an embedding, the very ids
+    # make_dataset(text="ids") gives, whether the space reads strings or ids.
+    (x, _), (y, _) = (
+        next(iter(ingest.make_dataset(dataset, batch_size=500, shuffle=False, **kw))) for kw in ({}, {"text": "ids"})
+    )
+    for text, batch in (("strings", x), ("ids", y)):
+        space = ingest.feature_space(dataset, features=["url", "city"], text=text)
+        assert isinstance(
+            space.preprocessors["url"], keras.layers.StringLookup if text == "strings" else keras.layers.IntegerLookup
+        )
+        out = space({"url": batch["url"], "city": batch["city"]})
+        np.testing.assert_array_equal(np.asarray(out["url"])[:, 0], np.asarray(y["url"]))
+        assert out["concat"].shape == (500, len(ingest.load_info(dataset).vocabulary("city")) + 1)
+
+
+def test_feature_space_refuses_a_named_feature_it_cannot_take_saying_why(dataset):
+    with pytest.raises(ValueError, match=r"feature 'tags' cannot be in a FeatureSpace: a list .*leave it out"):
+        ingest.feature_space(dataset, features=["city", "tags"])
+    with pytest.raises(ValueError, match=r"missing must be 'mask' or 'fill', as make_dataset takes it, got 'drop'"):
+        ingest.feature_space(dataset, missing="drop")
 
 
 def _edited_copy(dataset, dst, feature: str, edit, *, metadata=None) -> str:
