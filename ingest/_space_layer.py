@@ -29,7 +29,8 @@ def _tf():
 @keras.saving.register_keras_serializable(package="ingest")
 class ImputeMissing(keras.layers.Layer):
     """`value` where the mask is True, the input elsewhere. A float `value` (a mean, a
-    median) turns an int64 input into float32 first, as the number layers after it would."""
+    median) turns an integer input into float32 first, as the number layers after it
+    would; a float input keeps its dtype (float64 is not bent to float32 here)."""
 
     def __init__(self, value, **kwargs):
         super().__init__(**kwargs)
@@ -40,12 +41,13 @@ class ImputeMissing(keras.layers.Layer):
     def call(self, x, mask):
         tf = _tf()
         x = tf.convert_to_tensor(x)
-        if isinstance(self.value, float):
+        if isinstance(self.value, float) and x.dtype.is_integer:  # a float64 stays float64
             x = tf.cast(x, tf.float32)
         return tf.where(tf.cast(mask, tf.bool), tf.constant(self.value, x.dtype), x)
 
     def compute_output_spec(self, x, mask):
-        return keras.KerasTensor(x.shape, dtype="float32" if isinstance(self.value, float) else x.dtype)
+        integer = "int" in str(x.dtype)
+        return keras.KerasTensor(x.shape, dtype="float32" if isinstance(self.value, float) and integer else x.dtype)
 
     def get_config(self):
         return {**super().get_config(), "value": self.value}
