@@ -12,18 +12,22 @@ from typing import TYPE_CHECKING
 import tensorflow as tf
 
 from ingest import _image_decode, _tuning, contract
+from ingest.blocks.parse import as_float64
 
 if TYPE_CHECKING:
     from ingest._request import Request
 
 __all__ = ["parsed_batches", "decoded_images", "selected_features", "padder", "label_splitter"]
 
-_TF_DTYPES = {"int64": tf.int64, "float32": tf.float32, "bytes": tf.string}
+# float64 is parsed as the int64 bit patterns it is stored as (`as_float64`).
+_TF_DTYPES = {"int64": tf.int64, "float32": tf.float32, "float64": tf.int64, "bytes": tf.string}
 
 
 def _parse_spec(f: contract.FeatureSpec):
     dtype = _TF_DTYPES[f.dtype]
     default = f.default.encode() if f.dtype == "bytes" and isinstance(f.default, str) else f.default
+    if f.dtype == "float64":
+        default = contract.float64_bits(default)  # parsed as its bit pattern, as it is stored
     if f.is_scalar:
         return tf.io.FixedLenFeature([], dtype, default_value=default if f.missing else None)
     if not f.is_variable_length:
@@ -78,9 +82,12 @@ def label_splitter(req: Request):
 def _make_parser(req: Request):
     specs = {f.name: _parse_spec(f) for f in selected_features(req)}
     padded = padder(req)
+    wide = [f.name for f in selected_features(req) if f.dtype == "float64"]
 
     def parse(serialized):
-        return padded(tf.io.parse_example(serialized, specs))
+        parsed = tf.io.parse_example(serialized, specs)
+        parsed.update({name: as_float64(parsed[name]) for name in wide})
+        return padded(parsed)
 
     return parse, label_splitter(req)
 
@@ -131,7 +138,9 @@ def decoded_images(ds: tf.data.Dataset, req: Request) -> tf.data.Dataset:
         shape = tf.stack([parsed[k] for k in extra["shape"]]) if "shape" in extra else None
         fmt = parsed[extra["fmt"]] if "fmt" in extra else None
         image = finish(decode(parsed[encoded_key], record_seed, shape, fmt))
-        return (image, parsed[label]) if label is not None else image
+        if label is None:
+            return image
+        return image, as_float64(parsed[label]) if req.info.feature(label).dtype == "float64" else parsed[label]
 
     if seeds is not None:
         ds = tf.data.Dataset.zip((ds, seeds)).map(

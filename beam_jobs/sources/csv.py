@@ -41,7 +41,7 @@ class CsvSource(Source):
             action="append",
             default=[],
             metavar="NAME:TYPE",
-            help="column type: int64, float32 or string (repeatable)",
+            help="column type: int64, float32, float64 (or double) or string (repeatable)",
         )
         flag(group, "schema", help="JSON file mapping column names to types")
         flag(
