@@ -174,12 +174,23 @@ def test_encode_record_batch_stores_doubles_float32_would_change_as_bit_patterns
     assert parsed["kept"].numpy().tolist() == [0.5, np.float32(0.1), 2.0]
 
 
-def test_column_flag_float64_and_double_store_a_column_as_float64(money, tmp):
-    _, src = money
+def test_column_flag_float64_stores_exactly_and_a_given_float32_warns_how_much_it_changed(money, tmp):
+    root, src = money
     info = _convert_csv(src, tmp / "wide", "--column", "ratio:float64", "--column", "y:double")
     assert info.feature("ratio").dtype == "float64" and info.feature("y").dtype == "float64"
     batch = _all_rows(str(tmp / "wide"))
     assert batch["y"].dtype == tf.float64 and sorted(set(batch["y"].numpy().tolist())) == [0.0, 1.0, 2.0]
+    info = _convert_csv(src, tmp / "narrow", "--column", "price:float32")
+    assert info.feature("price").dtype == "float32"
+    prices = _expected(src)["price"].dropna().to_numpy()
+    changes = np.abs(prices - prices.astype(np.float32).astype(np.float64))
+    (warning,) = [w for w in info.warnings if "'price'" in w]
+    n, largest = re.search(r"float32 changed ([\d,]+) values?, the largest by (\S+) ", warning).groups()
+    assert int(n.replace(",", "")) == int(np.count_nonzero(changes)) and float(largest) == pytest.approx(changes.max())
+    assert "--column price:float64" in warning
+    # The same prices as float32 and as float64: compared as numbers, not as a schema change.
+    row = next(r for r in ingest.compare(str(root / "blocks"), str(tmp / "narrow")).rows if r.feature == "price")
+    assert row.kind == "numeric" and not row.drifted and "dtype float64 -> float32" in row.note
 
 
 def test_unknown_column_type_names_the_float_types(money, tmp):
@@ -248,3 +259,27 @@ def test_a_float64_feature_in_older_metadata_is_refused(money, tmp):
     spec = contract.FeatureSpec("x", "float64", missing=1, default=float("nan"))
     assert json.loads(json.dumps(spec.to_json()))["default"] == "NaN"
     assert math.isnan(contract.FeatureSpec.from_json(spec.to_json()).default)
+
+
+def test_doubles_into_a_carried_float32_are_stored_with_a_warning_and_out_of_range_ones_quarantined(tmp):
+    os.makedirs(tmp / "day1")
+    os.makedirs(tmp / "day2")
+    pq.write_table(pa.table({"x": [0.5, 0.25, 1.0]}), tmp / "day1" / "a.parquet")
+    first = run_convert("--source", "parquet", "--input", tmp / "day1" / "a.parquet", "--output", tmp / "ds1")
+    assert first.feature("x").dtype == "float32" and not first.warnings
+    values = [123456789.12, 0.5, 1e300, 0.1]
+    pq.write_table(pa.table({"x": values}), tmp / "day2" / "a.parquet")
+    args = ("--source", "parquet", "--input", tmp / "day2" / "a.parquet", "--output", tmp / "ds2")
+    info = run_convert(*args, "--schema_from", tmp / "ds1", "--max_bad_fraction", "0.5")
+    assert info.feature("x").dtype == "float32" and info.quarantine["records"] == 1  # 1e300: beyond float32
+    (warning,) = info.warnings
+    change = abs(123456789.12 - float(np.float32(123456789.12)))  # 0.1 is kept: float32 prints it 0.1
+    assert re.match(rf"feature 'x': float32 changed 1 value, the largest by {change:.6g} ", warning)
+    with TestPipeline() as p:
+        _ = (
+            p
+            | beam.Create([{"x": 123456789.12}, {"x": 0.5}], reshuffle=False)
+            | WriteDataset(str(tmp / "ds3"), schema_from=str(tmp / "ds1"))
+        )
+    (warning,) = ingest.load_info(str(tmp / "ds3")).warnings
+    assert re.match(rf"feature 'x': float32 changed 1 value, the largest by {change:.6g} ", warning)

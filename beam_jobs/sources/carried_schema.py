@@ -258,7 +258,8 @@ def fit_column(arr: pa.Array, name: str, have: tuple, want: tuple, *, dataset: s
     does not fit, which come back null for the caller to quarantine.
 
     Fits, exactly: ints as float32 (float64) when float32 (float64) holds each exactly;
-    float32 as float64; float64 as float32 within float32's range; lists of k values as
+    float32 as float64; float64 as float32 within float32's range (where float32 changes a
+    value, `column_types.float32_changes`, the job warns how much); lists of k values as
     variable-length lists, and variable-length lists of k values as lists of k. Nothing
     else does: a float is no int64, a list no scalar, a number no bytes.
     """

@@ -37,6 +37,7 @@ __all__ = [
     "float32_changes",
     "float32_changed",
     "float32_changed_values",
+    "float32_bend",
     "holds_float64",
     "FLOAT_BITS",
 ]
@@ -672,6 +673,21 @@ def float32_changed_values(v: np.ndarray) -> int:
     with np.errstate(over="ignore"):
         inside = np.isfinite(v.astype(np.float32)) | ~np.isfinite(v)
     return int(np.count_nonzero(float32_changes(v[inside])))
+
+
+def float32_bend(arr: pa.Array) -> tuple:
+    """(how many values float32 changes, the largest absolute change) of a column of
+    numbers (lists too) stored as float32, among the values within float32's range: the
+    warning of a column whose float32 type was given, not inferred."""
+    v = _float_values(arr)
+    with np.errstate(over="ignore", invalid="ignore"):
+        back = v.astype(np.float32).astype(np.float64)
+        inside = np.isfinite(back) | ~np.isfinite(v)
+        v, back = v[inside], back[inside]
+        changed = float32_changes(v)
+        if not changed.any():
+            return 0, 0.0
+        return int(np.count_nonzero(changed)), float(np.max(np.abs(v[changed] - back[changed])))
 
 
 def _float_values(arr: pa.Array) -> np.ndarray:

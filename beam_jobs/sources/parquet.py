@@ -102,7 +102,13 @@ def type_arrow_chunk(source: Source, path: str, chunk, types: dict) -> tuple:
                 bad.append(readers.BadRow(path, int(rows[i]), reason, source.row_text(chunk, i), "utf8"))
             bad_mask[i] = True  # its row is set aside with its bytes: never a text value of a vocabulary
         unfit = []  # (row in chunk, reason): values the stored type cannot hold
-        # Floats as doubles where the column is float64, or a carried schema fits them.
+        if dtype == "float32" and not source.infer and column_types.holds_float64(raw.type):
+            # A float32 not decided from these doubles (carried, an image manifest's) may change them.
+            bend = column_types.float32_bend(raw)
+            if bend[0]:
+                chunk.bent[name] = bend
+        # Floats as doubles where the column is float64, or a carried schema fits them (its
+        # float32 then warns of the values it changes, never quarantines them).
         float64 = dtype == "float64" or source.schema is not None
         try:
             got_dtype, got_shape, arr = column_types.canonical_arrow_column(raw, name, unfit=unfit, float64=float64)

@@ -266,6 +266,7 @@ class RowsSource(Source):
         return json_row(chunk.records[i]) if chunk.batch is None else super().row_text(chunk, i)
 
     def type_chunk(self, path: str, chunk, types: dict) -> tuple:
+        bent = chunk.bent  # the caller's chunk's, whichever chunk is typed below
         if chunk.batch is not None:
             fits = all(
                 name not in chunk.batch.schema.names
@@ -313,6 +314,10 @@ class RowsSource(Source):
                         bad.append(readers.BadRow(path, int(chunk.rows[i]), reason, self.row_text(chunk, i), "utf8"))
                     bad_mask[i] = True
             unfit: list = []
+            if dtype == "float32" and self.schema is not None and column_types.holds_float64(arr.type):
+                bend = column_types.float32_bend(arr)  # a carried float32 may change values
+                if bend[0]:
+                    bent[name] = bend
             _, _, arr = column_types.canonical_arrow_column(arr, name, unfit=unfit, float64=dtype == "float64")
             for i, reason in unfit:
                 if not bad_mask[i]:
