@@ -210,13 +210,30 @@ def _commit_plan(
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         labels=cfg.source.vocabulary or classes,
         image=cfg.source.metadata(stats.counters),
-        warnings=tuple(f"split {name!r} received no records" for name in empty) + label_warnings + vocabulary_warnings,
+        warnings=tuple(f"split {name!r} received no records" for name in empty)
+        + label_warnings
+        + vocabulary_warnings
+        + _bent_warnings(stats),
         layout=cfg.layout,
         block_rows=cfg.block_rows,
         statistics=statistics,
         vocabularies={name: entry for name, (_, entry) in files.items()},
     )
     return {"moves": moves, "metadata": info.to_json(), "old_files": sorted(old), "empty_splits": empty}
+
+
+def _bent_warnings(stats: ConversionStats) -> tuple:
+    """A warning per float32 feature whose type was given or carried and changed values
+    (an inferred one never does: float64 then), logged and kept in the metadata."""
+    out = []
+    for name, (n, change) in sorted(stats.bent.items()):
+        out.append(
+            f"feature {name!r}: float32 changed {n:,} value{'s' * (n != 1)}, the largest by {change:.6g} "
+            f"(float32 keeps about 7 significant digits); give it float64 (--column {name}:float64, or a "
+            "schema with float64) to store them exactly"
+        )
+        logger.warning("%s", out[-1])
+    return tuple(out)
 
 
 def _exact_tops(statistics: Statistics | None, vocabularies: dict) -> Statistics | None:

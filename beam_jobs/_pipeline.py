@@ -147,6 +147,7 @@ class _ConvertFiles(beam.DoFn):
         done = _chunk.typed(cfg.source, path, chunk, types, cfg.label)
         self._quarantine_rows(done.bad)
         self._stats.add_counters(chunk.counters)
+        self._stats.add_bent(chunk.bent)
         good = len(done.rows)
         self._stats.rows += good + len(done.bad)
         self._rows_read.inc(good + len(done.bad))

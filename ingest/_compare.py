@@ -335,9 +335,18 @@ def _schema_change(a: contract.FeatureSpec | None, b: contract.FeatureSpec | Non
     changes = [
         f"{what} {x} -> {y}"
         for what, x, y in (("dtype", a.dtype, b.dtype), ("shape", a.shape, b.shape), ("text", a.text, b.text))
-        if x != y
+        if x != y and not (what == "dtype" and _float_widths(a, b))
     ]
     return "schema: " + ", ".join(changes) if changes else ""
+
+
+def _float_widths(a: contract.FeatureSpec | None, b: contract.FeatureSpec | None) -> str:
+    """A note when one side's floats are float32 and the other's float64, else "": the same
+    numbers (a day whose values float32 would change is float64, `conversion.md`), so they
+    are compared as numbers, not as a schema change."""
+    if a is None or b is None or a.dtype == b.dtype or {a.dtype, b.dtype} != set(contract.FLOAT_DTYPES):
+        return ""
+    return f"dtype {a.dtype} -> {b.dtype}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -363,7 +372,7 @@ def _compare_feature(name, base: _Side, cur: _Side, limits: _Limits, own: float 
         return DriftRow(name, "schema", None, None, None, *missing, True, note), math.inf
     kind_a = kind_a or kind_b or "bytes"  # a side without values takes the other's kind
     schema = _schema_change(spec_a, spec_b)
-    notes = [schema] if schema else []
+    notes = [note for note in (schema, _float_widths(spec_a, spec_b)) if note]
     distance = metric = threshold = None
     new_values = ()
     if kind_a == "bytes":

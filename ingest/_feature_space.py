@@ -422,8 +422,8 @@ def _check_kind(name: str, layer, spec: contract.FeatureSpec) -> None:
     layers = _keras().layers
     kind = "text" if spec.text else spec.dtype
     takes = {
-        layers.Normalization: ("int64", "float32"),
-        layers.Discretization: ("int64", "float32"),
+        layers.Normalization: ("int64", "float32", "float64"),
+        layers.Discretization: ("int64", "float32", "float64"),
         layers.IntegerLookup: ("int64",),
         layers.StringLookup: ("text",),
     }
@@ -440,6 +440,7 @@ _SPEC_FOR = {
     "text": "string_categorical or string_hashed",
     "int64": "integer_categorical, float_normalized or float_discretized",
     "float32": "float_normalized or float_discretized",
+    "float64": "float_normalized or float_discretized",
 }
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import tensorflow as tf
 
 from ingest import _image_decode, _tuning, contract
+from ingest.blocks.parse import as_float64
 
 if TYPE_CHECKING:
     from ingest._request import Request
@@ -21,12 +22,15 @@ __all__ = ["parsed_batches", "decoded_images", "selected_features", "padder", "l
 
 logger = logging.getLogger(__name__)
 
-_TF_DTYPES = {"int64": tf.int64, "float32": tf.float32, "bytes": tf.string}
+# float64 is parsed as the int64 bit patterns it is stored as (`as_float64`).
+_TF_DTYPES = {"int64": tf.int64, "float32": tf.float32, "float64": tf.int64, "bytes": tf.string}
 
 
 def _parse_spec(f: contract.FeatureSpec):
     dtype = _TF_DTYPES[f.dtype]
     default = f.default.encode() if f.dtype == "bytes" and isinstance(f.default, str) else f.default
+    if f.dtype == "float64":
+        default = contract.float64_bits(default)  # parsed as its bit pattern, as it is stored
     if f.is_scalar:
         return tf.io.FixedLenFeature([], dtype, default_value=default if f.missing else None)
     if not f.is_variable_length:
@@ -88,11 +92,13 @@ def _make_parser(req: Request):
         specs[name] = tf.io.RaggedFeature(_TF_DTYPES[masked[name].dtype], row_splits_dtype=tf.int64)
     _warn_empty_lists(req, masked.values())
     padded = padder(req)
+    wide = [f.name for f in features if f.dtype == "float64"]
 
     def parse(serialized):
         parsed = tf.io.parse_example(serialized, specs)
         for name, f in masked.items():
             parsed[name], parsed[req.masks[name]] = _filled(f, parsed[name])
+        parsed.update({name: as_float64(parsed[name]) for name in wide})
         return padded(parsed)
 
     return parse, label_splitter(req)
@@ -112,6 +118,8 @@ def _filled(f: contract.FeatureSpec, values: tf.RaggedTensor):
         [f"feature {f.name!r}: a record holds other than {width} value(s): ", tf.reduce_max(lengths)],
     )
     default = f.default.encode() if f.dtype == "bytes" and isinstance(f.default, str) else f.default
+    if f.dtype == "float64":
+        default = contract.float64_bits(default)  # still its bit pattern here, as it is stored
     with tf.control_dependencies([check]):
         dense = values.to_tensor(default_value=default, shape=[None, width])
     return (dense[:, 0] if f.is_scalar else dense), mask
@@ -179,7 +187,9 @@ def decoded_images(ds: tf.data.Dataset, req: Request) -> tf.data.Dataset:
         shape = tf.stack([parsed[k] for k in extra["shape"]]) if "shape" in extra else None
         fmt = parsed[extra["fmt"]] if "fmt" in extra else None
         image = finish(decode(parsed[encoded_key], record_seed, shape, fmt))
-        return (image, parsed[label]) if label is not None else image
+        if label is None:
+            return image
+        return image, as_float64(parsed[label]) if req.info.feature(label).dtype == "float64" else parsed[label]
 
     if seeds is not None:
         ds = tf.data.Dataset.zip((ds, seeds)).map(

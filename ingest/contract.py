@@ -24,6 +24,10 @@ from ingest.statistics import Statistics, json_number, number_of
 __all__ = [
     "FORMAT_VERSION",
     "READABLE_VERSIONS",
+    "FLOAT64_SINCE",
+    "FLOAT_DTYPES",
+    "format_version_of",
+    "float64_bits",
     "LAYOUTS",
     "METADATA_FILENAME",
     "QUARANTINE_DIRNAME",
@@ -56,19 +60,25 @@ __all__ = [
     "block_feature_names",
 ]
 
+# 5 adds float64 features (stored as int64 bit patterns, docs/block_format.md); it is
+# written only by a dataset that has one, so that older readers still read the others.
 # 4 records a vocabulary of each text feature (`vocabularies`, their files) and, in the
 # block layout, each block dictionary's ids in it (`F/ids`); 3 dictionary-encodes the
 # block layout's bytes columns (`F/codes`); 2 added the block layout (`layout`,
-# `block_rows`, each shard's `blocks`); 1 is the rows layout. This version reads all four.
-FORMAT_VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4)
+# `block_rows`, each shard's `blocks`); 1 is the rows layout. This version reads all five.
+FORMAT_VERSION = 5
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 CODES_SINCE = 3  # the first format whose blocks carry `F/codes`
+FLOAT64_SINCE = 5  # the first format with float64 features
 LAYOUTS = ("rows", "blocks")
 METADATA_FILENAME = "dataset_info.json"
 QUARANTINE_DIRNAME = "quarantine"
 # Work in progress lives under DIR/_ingest_tmp-<job>/ (no leading dot: glob skips those).
 TEMP_PREFIX = "_ingest_tmp-"
-DTYPES = ("int64", "float32", "bytes")
+# float64 holds what float32 would change (`123456789.12`); TFRecord's float_list holds
+# only 32-bit floats, so its values are stored as the int64 bit patterns of the doubles.
+DTYPES = ("int64", "float32", "float64", "bytes")
+FLOAT_DTYPES = ("float32", "float64")
 # The block layout's own features (docs/block_format.md): a block's row count, and per
 # column F its variable-length row lengths, the in-block positions of missing rows, and
 # (bytes columns) each value's index into the block's dictionary.
@@ -84,6 +94,17 @@ IDS_SUFFIX = "/ids"  # a block dictionary's ids in the feature's vocabulary (0: 
 # two. 2**17 ids of a 64-wide float32 embedding take 32 MB.
 VOCABULARY_LIMIT = 1 << 17
 VOCABULARIES_DIRNAME = "vocabularies"
+
+
+def format_version_of(features) -> int:
+    """The format a dataset of `features` is written in: FLOAT64_SINCE with a float64
+    feature, else the one before, which readers older than float64 read."""
+    return FLOAT64_SINCE if any(f.dtype == "float64" for f in features) else FLOAT64_SINCE - 1
+
+
+def float64_bits(value: float) -> int:
+    """A float64 value as the int64 bit pattern that stores it (NaN payloads and -0.0 kept)."""
+    return int(np.array(value, np.float64).view(np.int64))
 
 
 def block_feature_names(name: str) -> tuple:
@@ -282,7 +303,7 @@ class FeatureSpec:
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
         d["shape"] = list(self.shape)
-        if self.dtype == "float32":
+        if self.dtype in FLOAT_DTYPES:
             d["default"] = json_number(self.default)  # strict JSON: "NaN", "Infinity" (ingest.statistics)
         return d
 
@@ -306,9 +327,9 @@ class FeatureSpec:
                 raise ValueError(f"{where}.{key} must be a non-negative integer, got {value!r}")
         _typed(d, "role", (str, type(None)), where, default=None)
         _typed(d, "text", bool, where, default=False)
-        kinds = {"int64": int, "float32": (int, float), "bytes": str}.get(d["dtype"], object)
+        kinds = {"int64": int, "float32": (int, float), "float64": (int, float), "bytes": str}.get(d["dtype"], object)
         default = d.get("default")
-        if d["dtype"] == "float32" and default is not None:
+        if d["dtype"] in FLOAT_DTYPES and default is not None:
             default = d["default"] = number_of(default, f"{where}.default")
         if default is not None and (isinstance(default, bool) or not isinstance(default, kinds)):
             raise ValueError(f"{where}.default {default!r} does not fit dtype {d['dtype']!r}")
@@ -316,7 +337,7 @@ class FeatureSpec:
 
 
 def _natural_default(dtype: str):
-    return {"int64": 0, "float32": 0.0, "bytes": ""}[dtype]
+    return {"int64": 0, "float32": 0.0, "float64": 0.0, "bytes": ""}[dtype]
 
 
 def _is_int(value) -> bool:
@@ -534,7 +555,8 @@ class DatasetInfo:
     options: Mapping = dataclasses.field(default_factory=dict)
     quarantine: Mapping = dataclasses.field(default_factory=dict)
     created: str = ""
-    format_version: int = FORMAT_VERSION
+    # None: the version these features need (`format_version_of`).
+    format_version: int | None = None
     # Class names of an integer label: labels[i] is the name of class i (sorted at conversion).
     labels: tuple = ()
     # Image datasets: {"feature": the encoded-image feature, "stored": the storing options,
@@ -559,6 +581,14 @@ class DatasetInfo:
     vocabularies: Mapping = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
+        if self.format_version is None:
+            object.__setattr__(self, "format_version", format_version_of(self.features))
+        wide = [f.name for f in self.features if f.dtype == "float64"]
+        if wide and self.format_version < FLOAT64_SINCE:
+            raise ValueError(
+                f"metadata has float64 feature(s) {wide} but format_version {self.format_version}; float64 "
+                f"features came with format_version {FLOAT64_SINCE}: the file was edited, reconvert the dataset"
+            )
         if self.compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {COMPRESSIONS}, got {self.compression!r}")
         names = [f.name for f in self.features]

@@ -123,6 +123,12 @@ def read_shard(dataset_dir, filename: str) -> list:
     info = json.load(open(os.path.join(dataset_dir, "dataset_info.json")))
     shard = next(s for split in info["splits"] for s in split["shards"] if s["filename"] == filename)
     records = _example_dicts(os.path.join(dataset_dir, filename), "GZIP" if info["compression"] == "gzip" else "")
+    # A float64 feature holds the int64 bit patterns of its values (docs/block_format.md).
+    wide = [f["name"] for f in info["features"] if f["dtype"] == "float64"]
+    for record in records:
+        for name in wide:
+            if name in record:
+                record[name] = np.array(record[name], np.int64).view(np.float64).tolist()
     if info.get("layout", "rows") == "rows":
         return records
     assert len(records) == shard["blocks"] and sum(b["__rows__"][0] for b in records) == shard["records"]

@@ -108,7 +108,9 @@ def test_given_schema_and_column_flags_override_inference(tmp):
 
 def test_unknown_type_in_column_flag_is_a_clear_error(tmp):
     src = write_text(tmp / "in" / "a.csv", "a\n1\n")
-    with pytest.raises(ValueError, match=r"column 'a': unknown type 'decimal'.*int64, float32, string"):
+    with pytest.raises(
+        ValueError, match=r"column 'a': unknown type 'decimal'.*int64, float32, float64 \(or double\), string"
+    ):
         run_convert("--source", "csv", "--input", src, "--output", tmp / "out", "--column", "a:decimal")
 
 

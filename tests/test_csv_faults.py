@@ -104,17 +104,25 @@ def test_integers_beyond_int64_make_the_column_text(tmp):
     assert sorted(int(r["id"][0]) for r in read_examples(tmp / "out") if r["id"][0] != b"oops") == ids
 
 
-def test_large_integers_with_a_decimal_cell_become_text_not_float32(tmp):
-    ids = [123_456_789_000 + i for i in range(3000)]  # float32 would merge them
+def test_large_integers_with_a_decimal_cell_become_float64_not_float32(tmp):
+    ids = [123_456_789_000 + i for i in range(3000)]  # float32 would merge them, float64 holds each
     src = write_text(
         tmp / "in" / "a.csv", "id,small\n" + "".join(f"{v},{i}\n" for i, v in enumerate(ids)) + "1.5,0.5\n"
     )
     info = _run(src, tmp / "out")
-    assert info.feature("id").dtype == "bytes"
+    assert info.feature("id").dtype == "float64"
     assert info.feature("small").dtype == "float32"  # integers up to 2**24 are exact in float32
     rows = read_examples(tmp / "out")
-    assert len({r["id"][0] for r in rows}) == 3001
+    assert sorted(r["id"][0] for r in rows) == [1.5] + [float(v) for v in ids]
     assert sorted(r["small"][0] for r in rows)[-1] == 2999.0
+
+
+def test_integers_float64_would_merge_with_a_decimal_cell_become_text(tmp):
+    ids = [2**60 + 1 + 2 * i for i in range(50)]  # odd, beyond 2**53: float64 would merge them
+    src = write_text(tmp / "in" / "a.csv", "id\n" + "".join(f"{v}\n" for v in ids) + "1.5\n")
+    info = _run(src, tmp / "out")
+    assert info.feature("id").dtype == "bytes"
+    assert len({r["id"][0] for r in read_examples(tmp / "out")}) == 51
 
 
 def test_leading_zeros_keep_a_column_text_unless_a_type_is_given(tmp):

@@ -106,6 +106,15 @@ def workdir(tmp_path_factory):
         )
         carried = ("--schema_from", root / "out" / "spans" / f"2026-11-{day - 1}") if day > 21 else ("--label", "label")
         run_convert("--source", "csv", "--input", src, "--output", root / "out" / "spans" / f"2026-11-{day}", *carried)
+    cents = np.random.default_rng(4)  # docs/runtime.md and docs/block_format.md: prices float32 would change
+    money = write_text(
+        root / "data" / "money.csv",
+        "price,qty\n123456789.12,1.5\n"
+        + "".join(
+            f"{cents.integers(0, 10**8)}.{cents.integers(0, 100):02d},{cents.integers(0, 8) / 2}\n" for _ in range(199)
+        ),
+    )
+    run_convert("--source", "csv", "--input", money, "--output", root / "out" / "money")
     penguins = _penguins(root)
     run_convert(
         "--source", "csv", "--input", penguins, "--output", root / "out" / "penguins", "--label", "species", *common

@@ -24,11 +24,18 @@ _FLOAT = re.compile(r"[+-]?((\d+\.?\d*|\.\d+)(e[+-]?\d+)?|inf|infinity|nan)", re
 _INTEGRAL = re.compile(r"[+-]?\d+\.0*", re.ASCII)
 
 
-def _exact_in_float32(v: int) -> bool:
+def _exact_in_float32(v: int, bits: int = 24) -> bool:
     m = abs(v)
     while m and m % 2 == 0:
         m //= 2
-    return m < 1 << 24
+    return m < 1 << bits
+
+
+def _float32_changes(v: float) -> bool:
+    """Whether float32's shortest decimal (numpy's Dragon4, not Arrow's formatter) reads as another number."""
+    with np.errstate(over="ignore"):
+        f = np.float32(v)
+    return not (math.isnan(v) or float(f) == v or float(str(f)) == v)
 
 
 def _fits_int64(v: int) -> bool:
@@ -63,13 +70,16 @@ def _reference_counts(cells: list) -> column_types.TypeCounts:
             c.ints += 1
             c.zeros += bool(re.match(r"[+-]?0\d", text))
             c.inexact += not _exact_in_float32(read[1])
+            c.inexact64 += not _exact_in_float32(read[1], 53)
         elif kind == "wide":
             c.wide += 1
         elif kind == "float":
             c.floats += 1
+            c.changed += _float32_changes(float(text))
         if kind in ("float", "overflow") and _INTEGRAL.fullmatch(text):
             whole = int(text.split(".")[0])
             c.inexact += abs(whole) > 1 << 24 and (not _fits_int64(whole) or not _exact_in_float32(whole))
+            c.inexact64 += abs(whole) > 1 << 53 and (not _fits_int64(whole) or not _exact_in_float32(whole, 53))
     return c
 
 
@@ -107,7 +117,7 @@ def test_inference_counts_every_cell_as_a_reference_reads_it(cells):
 
 
 @settings(max_examples=examples(300), deadline=None)
-@given(st.one_of(_columns, _pure), st.sampled_from(["int64", "float32"]))
+@given(st.one_of(_columns, _pure), st.sampled_from(["int64", "float32", "float64"]))
 @example([b"eta", b"12", None], "int64")
 @example([b" 1e3 ", b"tea", b"-0.0"], "float32")
 def test_conversion_keeps_each_number_the_type_holds_and_refuses_the_rest(cells, dtype):
@@ -118,6 +128,9 @@ def test_conversion_keeps_each_number_the_type_holds_and_refuses_the_rest(cells,
         kind = read and read[0]
         # float32 takes every number but a finite one beyond its range, integers too
         ok = kind == "int" if dtype == "int64" else kind in ("int", "wide", "float")
+        if dtype == "float64" and kind == "overflow":  # beyond float32, but float64 may hold it
+            text = cell.decode("ascii").strip()
+            ok = not math.isinf(float(text))
         assert bool(bad[i]) == (cell is not None and not ok), cell
         if not ok:
             assert got[i] is None, cell
@@ -125,5 +138,23 @@ def test_conversion_keeps_each_number_the_type_holds_and_refuses_the_rest(cells,
             assert got[i] == read[1], cell
         else:
             with np.errstate(over="ignore"):
-                want = float(np.float32(float(cell.decode("ascii").strip())))
+                want = float(cell.decode("ascii").strip())
+                want = want if dtype == "float64" else float(np.float32(want))
             assert (math.isnan(got[i]) and math.isnan(want)) or got[i] == want, cell
+
+
+_float_values = st.one_of(
+    st.floats(width=64),
+    st.floats(width=32),
+    # Decimals of up to 9 significant digits over float32's range, subnormals included.
+    st.builds(lambda m, e: float(f"{m}e{e}"), st.integers(-(10**9), 10**9), st.integers(-48, 38)),
+    st.sampled_from([0.1, 123456789.12, 123456790.0, 1e-45, 1.5e-45, 9.999995e-38, 1e-50, 3.4e38, 16777217.0]),
+)
+
+
+@settings(max_examples=examples(500), deadline=None)
+@given(st.lists(_float_values, min_size=1, max_size=40))
+@example([0.1, 123456789.12, 0.100000001490116119384765625, 999999.0, 9999995.0, 1e-38, 1e6])
+def test_float32_changes_a_value_when_its_shortest_float32_decimal_reads_as_another(values):
+    got = column_types.float32_changes(np.array(values, np.float64))
+    assert got.tolist() == [_float32_changes(v) for v in values]

@@ -27,8 +27,8 @@ from ingest import contract
 __all__ = ["ROWS_FEATURE", "block_columns", "dictionary_encoded", "encode_blocks", "identity_blocks"]
 
 ROWS_FEATURE = contract.BLOCK_ROWS_FEATURE
-_NATURAL_DEFAULT = {"int64": 0, "float32": 0.0, "bytes": b""}
-_ARROW = {"int64": pa.int64(), "float32": pa.float32(), "bytes": pa.large_binary()}
+_NATURAL_DEFAULT = {"int64": 0, "float32": 0.0, "float64": 0.0, "bytes": b""}
+_ARROW = {"int64": pa.int64(), "float32": pa.float32(), "float64": pa.float64(), "bytes": pa.large_binary()}
 
 
 def block_starts(num_rows: int, block_rows: int) -> np.ndarray:
@@ -111,7 +111,7 @@ def block_columns(
 ) -> tuple:
     """[(name, dtype, array)] of rows -> ([(name, dtype, array)] of blocks, rows per block).
 
-    `columns` are the canonical arrays the row encoder takes (int64, float32 or
+    `columns` are the canonical arrays the row encoder takes (int64, float32, float64 or
     large_binary, or lists of them); `defaults[name]` replaces the natural default.
     `vocabularies[name]` ({value: id}, `vocabulary.lookup_of`) gives each block
     dictionary entry of that bytes column its id (`F/ids`, 0 for a value not in it).

@@ -341,16 +341,20 @@ def encode_record_batch(batch, *, framed: bool = False):
     """Serializes every row of an Arrow record batch (or table) as a `tf.train.Example`.
 
     Columns map as the conversion job maps Parquet: integers, booleans, dates and
-    timestamps to int64, floats to float32, strings and binary to bytes, lists of those
+    timestamps to int64, floats to float32 (a double column that float32 would change,
+    as the job decides for the batch's values: to float64, stored as the int64 bit patterns
+    of its doubles, docs/block_format.md), strings and binary to bytes, lists of those
     to lists; a null omits the feature from its row. Returns `(buffer, offsets)`,
     record i being `buffer[offsets[i]:offsets[i + 1]]`; with `framed=True`, whole
     TFRecord frames (appending `buffer` to a file makes a valid .tfrecord file).
     """
-    from beam_jobs.sources.column_types import canonical_arrow_column
+    from beam_jobs.sources.column_types import canonical_arrow_column, float32_changed, holds_float64
 
     columns = []
     for name in batch.schema.names:
-        dtype, _, array = canonical_arrow_column(batch.column(name), name)
+        column = batch.column(name)
+        wide = holds_float64(column.type) and float32_changed(column) > 0
+        dtype, _, array = canonical_arrow_column(column, name, float64=wide)
         columns.append((name, dtype, array))
     out = encode_batch(columns, batch.num_rows, framed=framed)
     return out[:2]

@@ -118,6 +118,11 @@ class Column:
         else:
             counts_present = np.ones(int(self.present.sum()), np.int64)
             flat = array if self.all_present else array.filter(pa.array(self.present))
+        if dtype == "float64":
+            # float_list holds 32-bit floats only: a double is stored as its int64 bit
+            # pattern (docs/block_format.md), read back with tf.bitcast.
+            self.dtype = dtype = "int64"
+            flat = flat.cast(pa.float64()).view(pa.int64())
         self.counts = np.zeros(n, np.int64)
         self.counts[self.present] = counts_present
         self.counts_present = counts_present

@@ -257,15 +257,17 @@ def fit_column(arr: pa.Array, name: str, have: tuple, want: tuple, *, dataset: s
     values as type `want` ((dtype, shape) each), and [(row, reason)] of the rows whose value
     does not fit, which come back null for the caller to quarantine.
 
-    Fits, exactly: ints as float32 when float32 holds each exactly; lists of k values
-    as variable-length lists, and variable-length lists of k values as lists of k.
-    Nothing else does: a float is no int64, a list no scalar, a number no bytes.
+    Fits, exactly: ints as float32 (float64) when float32 (float64) holds each exactly;
+    float32 as float64; float64 as float32 within float32's range (where float32 changes a
+    value, `column_types.float32_changes`, the job warns how much); lists of k values as
+    variable-length lists, and variable-length lists of k values as lists of k. Nothing
+    else does: a float is no int64, a list no scalar, a number no bytes.
     """
     if have == want:
         return arr, []
     (have_dtype, have_shape), (want_dtype, want_shape) = have, want
     valid = _mask(arr.is_valid())
-    widens = have_dtype == want_dtype or (have_dtype, want_dtype) == ("int64", "float32")
+    widens = have_dtype == want_dtype or (have_dtype in _NUMBERS and want_dtype in column_types.FLOAT_BITS)
     if not widens or (have_shape == ()) != (want_shape == ()):
         rows = np.flatnonzero(valid)
         reasons = [
@@ -275,11 +277,26 @@ def fit_column(arr: pa.Array, name: str, have: tuple, want: tuple, *, dataset: s
         ]
         return pa.nulls(len(arr), _arrow_type(want_dtype, want_shape)), list(zip(rows.tolist(), reasons))
     if have_shape == ():
-        inexact = column_types.inexact_in_float32(arr)  # have int64, want float32
-        bad = [(int(i), _inexact_reason(name, arr[int(i)].as_py(), dataset)) for i in np.flatnonzero(inexact)]
-        # Exact: the values float32 cannot hold are null now.
-        return pc.cast(_nulled(arr, inexact), pa.float32(), safe=False), bad
+        out, unfit = _numbers_as(arr, have_dtype, want_dtype)
+        bad = [(int(i), _unfit_reason(name, arr[int(i)].as_py(), dataset, want_dtype)) for i in np.flatnonzero(unfit)]
+        return out, bad
     return _fit_lists(arr, name, valid, have_dtype, want, dataset)
+
+
+_NUMBERS = ("int64", "float32", "float64")
+
+
+def _numbers_as(values: pa.Array, have_dtype: str, want_dtype: str) -> tuple:
+    """Numbers of one type as another float type -> (values, mask of those it cannot hold,
+    which are null now): ints it cannot hold exactly, finite doubles beyond float32."""
+    if have_dtype == "int64":
+        unfit = column_types.inexact_in_float(values, column_types.FLOAT_BITS[want_dtype])
+    elif want_dtype == "float32" and have_dtype == "float64":
+        narrow = pc.cast(values, pa.float32(), safe=False)
+        unfit = _mask(pc.and_(pc.is_inf(narrow), pc.is_finite(values)))
+    else:
+        unfit = np.zeros(len(values), bool)
+    return pc.cast(_nulled(values, unfit), _ARROW[want_dtype], safe=False), unfit
 
 
 def _fit_lists(arr: pa.Array, name: str, valid: np.ndarray, have_dtype: str, want: tuple, dataset: str) -> tuple:
@@ -300,12 +317,12 @@ def _fit_lists(arr: pa.Array, name: str, valid: np.ndarray, have_dtype: str, wan
                 f"column {name!r}: {_shown(arr[int(i)].as_py())} holds {_values(lengths[i])}, but its type in "
                 f"--schema_from {dataset} is {describe(*want)}"
             )
-    if have_dtype != want_dtype:  # int64 values into float32
+    if have_dtype != want_dtype:  # numbers into a float type
         parents = np.repeat(np.arange(len(arr)), lengths)
-        inexact = column_types.inexact_in_float32(values)
-        for j in np.flatnonzero(inexact):
-            reasons.setdefault(int(parents[j]), _inexact_reason(name, values[int(j)].as_py(), dataset))
-        values = pc.cast(_nulled(values, inexact), pa.float32(), safe=False)
+        fitted, unfit = _numbers_as(values, have_dtype, want_dtype)
+        for j in np.flatnonzero(unfit):
+            reasons.setdefault(int(parents[j]), _unfit_reason(name, values[int(j)].as_py(), dataset, want_dtype))
+        values = fitted
     keep = valid.copy()
     keep[list(reasons)] = False
     if k is None:
@@ -320,8 +337,12 @@ def _fit_lists(arr: pa.Array, name: str, valid: np.ndarray, have_dtype: str, wan
     return out, sorted(reasons.items())
 
 
-def _inexact_reason(name: str, value, dataset: str) -> str:
-    return f"column {name!r}: {value} is not exact in float32, its type in --schema_from {dataset}"
+def _unfit_reason(name: str, value, dataset: str, dtype: str) -> str:
+    if isinstance(value, float):
+        return (
+            f"column {name!r}: {value!r} is a finite number beyond {dtype}'s range, its type in --schema_from {dataset}"
+        )
+    return f"column {name!r}: {value} is not exact in {dtype}, its type in --schema_from {dataset}"
 
 
 def _values(n: int) -> str:
@@ -341,7 +362,7 @@ def _nulled(arr: pa.Array, rows: np.ndarray) -> pa.Array:
     return pc.if_else(pa.array(rows), pa.scalar(None, arr.type), arr) if rows.any() else arr
 
 
-_ARROW = {"int64": pa.int64(), "float32": pa.float32(), "bytes": pa.large_binary()}
+_ARROW = {"int64": pa.int64(), "float32": pa.float32(), "float64": pa.float64(), "bytes": pa.large_binary()}
 
 
 def _arrow_type(dtype: str, shape: tuple) -> pa.DataType:

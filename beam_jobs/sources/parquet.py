@@ -1,9 +1,14 @@
-"""Parquet: every file's schema checked at launch, Arrow types mapped without loss."""
+"""Parquet: every file's schema checked at launch, Arrow types mapped without loss.
+
+A double column is stored as float32 when float32 keeps each of its values
+(`column_types.float32_changes`), else as float64: the values decide, so a job with
+double columns reads them (only them) in a first pass, as CSV's inference does.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from typing import ClassVar, Iterator
 
 import numpy as np
 
@@ -19,6 +24,7 @@ _EXPANSION = 3.0  # TFRecord bytes per Parquet byte
 class ParquetSource(Source):
     files: tuple = ()
     arrow_types: tuple = ()  # ((name, dtype, shape), ...)
+    doubles: tuple = ()  # the columns some file holds as doubles: float32 or float64, by their values
 
     format: ClassVar[str] = "parquet"
 
@@ -48,6 +54,7 @@ class ParquetSource(Source):
             binary_columns=tuple(c for c in columns if any(s[c][2] for s in stored.values())),
             files=tuple(paths),
             arrow_types=tuple((c, *first[c][:2]) for c in columns),
+            doubles=tuple(c for c in columns if any(s[c][3] for s in stored.values())),
         )
 
     def expansion(self) -> float:
@@ -56,8 +63,25 @@ class ParquetSource(Source):
     def work_items(self) -> list:
         return [(i, path, None) for i, path in enumerate(self.files)]
 
+    @property
+    def infer(self) -> bool:
+        return self.schema is None and bool(self.doubles)
+
+    def count_types(self, item: WorkItem, *, keep=None) -> Iterator[dict]:
+        # Nothing is kept for the conversion pass: it reads the other columns anyway.
+        for chunk in readers.iter_parquet_chunks(item[1], list(self.doubles)):
+            yield {name: column_types.float32_changed(chunk.batch.column(name)) for name in self.doubles}
+
+    def merge_type_counts(self, many) -> dict:
+        total: dict = {}
+        for counts in many:
+            for name, n in counts.items():
+                total[name] = total.get(name, 0) + n
+        return total
+
     def decided_types(self, type_counts, *, tolerance: float) -> dict:
-        return {name: (dtype, tuple(shape)) for name, dtype, shape in self.arrow_types}
+        wide = {name for name, n in (type_counts or {}).items() if n}
+        return {name: ("float64" if name in wide else dtype, tuple(shape)) for name, dtype, shape in self.arrow_types}
 
     def read(self, item: WorkItem) -> tuple:
         return item[1], readers.iter_parquet_chunks(item[1], list(self.columns))
@@ -78,8 +102,16 @@ def type_arrow_chunk(source: Source, path: str, chunk, types: dict) -> tuple:
                 bad.append(readers.BadRow(path, int(rows[i]), reason, source.row_text(chunk, i), "utf8"))
             bad_mask[i] = True  # its row is set aside with its bytes: never a text value of a vocabulary
         unfit = []  # (row in chunk, reason): values the stored type cannot hold
+        if dtype == "float32" and not source.infer and column_types.holds_float64(raw.type):
+            # A float32 not decided from these doubles (carried, an image manifest's) may change them.
+            bend = column_types.float32_bend(raw)
+            if bend[0]:
+                chunk.bent[name] = bend
+        # Floats as doubles where the column is float64, or a carried schema fits them (its
+        # float32 then warns of the values it changes, never quarantines them).
+        float64 = dtype == "float64" or source.schema is not None
         try:
-            got_dtype, got_shape, arr = column_types.canonical_arrow_column(raw, name, unfit=unfit)
+            got_dtype, got_shape, arr = column_types.canonical_arrow_column(raw, name, unfit=unfit, float64=float64)
         except column_types.UnstorableValue as e:
             row = "" if e.index is None else f", row {int(rows[e.index])}"
             raise ValueError(f"input file {path}{row}: {e}") from e
@@ -104,7 +136,7 @@ def type_arrow_chunk(source: Source, path: str, chunk, types: dict) -> tuple:
 
 
 def _column_types(path: str, columns: list) -> dict:
-    """Each column of a file -> (dtype, shape, holds binary) if it is in `columns`, else None."""
+    """Each column of a file -> (dtype, shape, holds binary, holds doubles) if it is in `columns`, else None."""
     schema = readers.read_parquet_schema(path)
     twice = sorted({n for n in schema.names if n in columns and schema.names.count(n) > 1})
     if twice:
@@ -124,7 +156,7 @@ def _column_types(path: str, columns: list) -> dict:
             dtype, shape = column_types.arrow_dtype(field.name, field.type)
         except ValueError as e:
             raise ValueError(f"input file {path}: {e}") from e
-        out[field.name] = (dtype, shape, column_types.holds_binary(field.type))
+        out[field.name] = (dtype, shape, column_types.holds_binary(field.type), column_types.holds_float64(field.type))
     return out
 
 

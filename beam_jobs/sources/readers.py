@@ -111,6 +111,9 @@ class Chunk:
     # CSV: what the type count computed that typing reuses ({column: {dtype: ...}},
     # `column_types.count_types`), when the chunk is kept from the inference pass
     casts: dict = dataclasses.field(default_factory=dict)
+    # Typing: {column: (values float32 changed, the largest absolute change)} of a column
+    # stored as float32 though float32 changes some value (a type given or carried).
+    bent: dict = dataclasses.field(default_factory=dict)
 
 
 class CsvInput:

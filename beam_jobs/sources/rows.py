@@ -3,10 +3,11 @@
 Nothing is known before the data is seen, so types come from a first pass, as for CSV:
 each column's values are counted by kind, and the decision keeps every value whole:
 
-- one kind: that type (bool and int: int64, a bool as 0 or 1; float: float32; str and
-  bytes: bytes; lists of one kind: variable-length lists of it);
-- ints and floats, as values or within lists: float32 if float32 holds every int exactly
-  (an int it does not hold quarantines its row);
+- one kind: that type (bool and int: int64, a bool as 0 or 1; float: float32, or float64
+  when float32 would change some value, `column_types.float32_changes`; str and bytes:
+  bytes; lists of one kind: variable-length lists of it);
+- ints and floats, as values or within lists: float32 (float64) if float32 holds every
+  int exactly (an int it does not hold quarantines its row);
 - otherwise the most common kind, when the others are at most `max_bad_fraction` of the
   column's values (their rows are quarantined, `type`); else the job fails naming the
   column and its kinds.
@@ -29,7 +30,7 @@ __all__ = ["RowsSource", "RowsChunk", "UnencodableText", "carried"]
 _INT64 = (-(2**63), 2**63 - 1)
 _FLOAT32_EXACT = 2**24  # every int of at most this magnitude is exact in float32
 _DTYPE = {"int64": "int64", "float32": "float32", "text": "bytes", "binary": "bytes"}
-_ARROW = {"int64": pa.int64(), "float32": pa.float64(), "bytes": pa.large_binary()}
+_ARROW = {"int64": pa.int64(), "float32": pa.float64(), "float64": pa.float64(), "bytes": pa.large_binary()}
 _BYTES_PER_VALUE = 12  # a tf.Example feature around a small value, for planning shard counts
 
 
@@ -153,13 +154,17 @@ class RowsSource(Source):
         kinds: dict = {}
         inexact: dict = {}
         where: dict = {}  # column -> its earliest place in a row: columns keep the input's order
+        changed: dict = {}  # column -> its floats that float32 would change
         size = 0
         if isinstance(payload, pa.RecordBatch):
             for i, (name, col) in enumerate(zip(payload.schema.names, payload.columns)):
                 kinds[name] = {_arrow_kind(col.type, name): len(col) - col.null_count}
                 where[name] = i
+                if column_types.holds_float64(col.type):
+                    changed[name] = column_types.float32_changed(col)
             size = payload.nbytes + _BYTES_PER_VALUE * payload.num_rows * payload.num_columns
         else:
+            floats: dict = {}  # column -> its float values, checked at once
             for row in payload:
                 for i, (name, v) in enumerate(row.items()):
                     where[name] = min(i, where.get(name, i))
@@ -169,13 +174,21 @@ class RowsSource(Source):
                         counts[kind] = counts.get(kind, 0) + 1
                     if kind in _HOLDS_INTS and any(map(_inexact_int, v if kind.startswith("list") else [v])):
                         inexact[name] = inexact.get(name, 0) + 1
+                    if kind == "float32":
+                        floats.setdefault(name, []).append(v)
+                    elif kind == "list of float32":
+                        floats.setdefault(name, []).extend(x for x in v if isinstance(x, (float, np.floating)))
                     size += _BYTES_PER_VALUE + (len(v) if isinstance(v, (str, bytes)) else 8)
-        yield {"kinds": kinds, "inexact": inexact, "where": where, "bytes": size}
+            for name, values in floats.items():
+                changed[name] = column_types.float32_changed_values(np.array(values, np.float64))
+        yield {"kinds": kinds, "inexact": inexact, "where": where, "bytes": size, "changed": changed}
 
     def merge_type_counts(self, many) -> dict:
-        out = {"kinds": {}, "inexact": {}, "where": {}, "bytes": 0}
+        out = {"kinds": {}, "inexact": {}, "where": {}, "bytes": 0, "changed": {}}
         for c in many:
             out["bytes"] += c["bytes"]
+            for name, n in c["changed"].items():
+                out["changed"][name] = out["changed"].get(name, 0) + n
             for name, i in c["where"].items():
                 out["where"][name] = min(i, out["where"].get(name, i))
             for name, n in c["inexact"].items():
@@ -192,8 +205,13 @@ class RowsSource(Source):
         order = [c for c in self.columns if c in counts] + rest
         if not order:
             raise ConversionError(f"{self.name}: the input PCollection holds no rows with columns")
-        return {
+        decided = {
             name: self._decide(name, counts[name], type_counts["inexact"].get(name, 0), tolerance) for name in order
+        }
+        # float32 where it keeps every value, else float64 (the rule of column_types.decide_types).
+        return {
+            name: ("float64", shape) if dtype == "float32" and type_counts["changed"].get(name) else (dtype, shape)
+            for name, (dtype, shape) in decided.items()
         }
 
     def _decide(self, name: str, kinds: dict, inexact: int, tolerance: float) -> tuple:
@@ -248,10 +266,14 @@ class RowsSource(Source):
         return json_row(chunk.records[i]) if chunk.batch is None else super().row_text(chunk, i)
 
     def type_chunk(self, path: str, chunk, types: dict) -> tuple:
+        bent = chunk.bent  # the caller's chunk's, whichever chunk is typed below
         if chunk.batch is not None:
             fits = all(
                 name not in chunk.batch.schema.names
-                or column_types.arrow_dtype(name, chunk.batch.schema.field(name).type) == types[name]
+                or column_types.arrow_dtype(
+                    name, chunk.batch.schema.field(name).type, float64=types[name][0] == "float64"
+                )
+                == types[name]
                 for name in types
             )
             if not fits:  # some column of this batch has another type: value by value
@@ -292,7 +314,11 @@ class RowsSource(Source):
                         bad.append(readers.BadRow(path, int(chunk.rows[i]), reason, self.row_text(chunk, i), "utf8"))
                     bad_mask[i] = True
             unfit: list = []
-            _, _, arr = column_types.canonical_arrow_column(arr, name, unfit=unfit)
+            if dtype == "float32" and self.schema is not None and column_types.holds_float64(arr.type):
+                bend = column_types.float32_bend(arr)  # a carried float32 may change values
+                if bend[0]:
+                    bent[name] = bend
+            _, _, arr = column_types.canonical_arrow_column(arr, name, unfit=unfit, float64=dtype == "float64")
             for i, reason in unfit:
                 if not bad_mask[i]:
                     bad.append(readers.BadRow(path, int(chunk.rows[i]), reason, self.row_text(chunk, i), "type"))
@@ -366,7 +392,8 @@ def _unfit(v, dtype: str, shape: tuple) -> str | None:
         return f"{v!r:.80} holds {len(v)} value{'s' * (len(v) != 1)}, but the column holds {holds}"
     if kind == "list":
         return None
-    if _family(element) != dtype and not (dtype == "float32" and element == "int64"):
+    floats = ("float32", "float64")
+    if _family(element) != dtype and not (dtype in floats and element in ("int64", "float32")):
         return f"{v!r} is {element}, but the column holds {holds}"
     # Each int on its own: a list mixing ints and floats is 'list of float32' as a whole.
     for x in filter(_is_int, v if shape != () else [v]):
@@ -374,4 +401,6 @@ def _unfit(v, dtype: str, shape: tuple) -> str | None:
             return f"{x} is beyond int64's range"
         if dtype == "float32" and _not_exact_in_float32(x):
             return f"{x} is not exact in float32, the column holds {holds}"
+        if dtype == "float64" and int(float(x)) != int(x):
+            return f"{x} is not exact in float64, the column holds {holds}"
     return None

@@ -36,6 +36,7 @@ class ConversionStats:
     max_len: dict = dataclasses.field(default_factory=dict)  # list feature -> longest list
     reasons: dict = dataclasses.field(default_factory=dict)  # quarantine kind -> rows
     counters: dict = dataclasses.field(default_factory=dict)  # source-specific counts (image formats, actions)
+    bent: dict = dataclasses.field(default_factory=dict)  # float32 feature -> [values changed, largest change]
     statistics: dict = dataclasses.field(default_factory=dict)  # split name -> {feature: FeatureStats}
 
     def add_bad(self, kinds) -> None:
@@ -46,6 +47,13 @@ class ConversionStats:
     def add_counters(self, counters: dict) -> None:
         for k, v in counters.items():
             _add(self.counters, k, v)
+
+    def add_bent(self, bent: dict) -> None:
+        """Adds a chunk's `readers.Chunk.bent`: counts add up, the largest change is the largest."""
+        for name, (n, change) in bent.items():
+            mine = self.bent.setdefault(name, [0, 0.0])
+            mine[0] += n
+            mine[1] = max(mine[1], change)
 
     def add_records(self, split: str, n: int) -> None:
         _add(self.split_records, split, n)
@@ -135,6 +143,7 @@ class ConversionStats:
             ):
                 for k, v in theirs.items():
                     _add(mine, k, v)
+            self.add_bent(s.bent)
             for name, lo in s.min_len.items():
                 self._lengths(name, lo, s.max_len[name])
             for split, features in s.statistics.items():

@@ -60,7 +60,7 @@ _FREQUENT_LG_MAX = 13  # frequent-items map of 8192 slots: top counts within ~N/
 
 
 def kind_of(dtype: str, text: bool) -> str:
-    if dtype in ("int64", "float32"):
+    if dtype in ("int64", "float32", "float64"):
         return "number"
     return "text" if text else "binary"
 
@@ -135,7 +135,7 @@ class _Sample:
     """
 
     def __init__(self):
-        self.pieces: list = []  # [(values as stored: int64 or float32, float32 keys)]
+        self.pieces: list = []  # [(values as stored: int64, float32 or float64, float32 keys)]
         self.size = 0
         self.threshold = 1.0
 

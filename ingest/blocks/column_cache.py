@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["cached_column_batches", "columns_bytes"]
 
 # Bytes per value once parsed: a tf.string value is a 32-byte tstring plus its text.
-_VALUE_BYTES = {"int64": 8, "float32": 4, "bytes": 32}
+_VALUE_BYTES = {"int64": 8, "float32": 4, "float64": 8, "bytes": 32}
 
 
 def columns_bytes(features, rows: int, serialized_bytes: float) -> float:

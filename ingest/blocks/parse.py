@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from ingest import contract
 
-__all__ = ["ROWS_FEATURE", "check_blocks", "parse_blocks", "permute_rows"]
+__all__ = ["ROWS_FEATURE", "check_blocks", "parse_blocks", "permute_rows", "as_float64"]
 
 ROWS_FEATURE = contract.BLOCK_ROWS_FEATURE
 ROW_LENGTHS_SUFFIX = contract.ROW_LENGTHS_SUFFIX
@@ -31,7 +31,15 @@ MISSING_SUFFIX = contract.MISSING_SUFFIX
 CODES_SUFFIX = contract.CODES_SUFFIX
 IDS_SUFFIX = contract.IDS_SUFFIX
 
-_TF_DTYPES = {"int64": tf.int64, "float32": tf.float32, "bytes": tf.string}
+# float64 is parsed as the int64 bit patterns it is stored as (`as_float64`).
+_TF_DTYPES = {"int64": tf.int64, "float32": tf.float32, "float64": tf.int64, "bytes": tf.string}
+
+
+def as_float64(column):
+    """A float64 feature's parsed bit patterns (int64, dense or ragged) -> its values."""
+    if isinstance(column, tf.RaggedTensor):
+        return column.with_flat_values(tf.bitcast(column.flat_values, tf.float64))
+    return tf.bitcast(column, tf.float64)
 
 
 def _ragged(dtype) -> tf.io.RaggedFeature:
@@ -270,6 +278,8 @@ def _column(f: contract.FeatureSpec, values: tf.RaggedTensor, parsed: Mapping, t
     Each block's counts were checked by `_counts_check`; a variable-length list is also
     checked here against its row lengths.
     """
+    if f.dtype == "float64":
+        values = as_float64(values)  # its stored bit patterns -> its doubles
     if f.is_scalar:
         return values.values
     if not f.is_variable_length:
