@@ -153,10 +153,10 @@ def test_a_dataset_written_with_format_version_1_still_reads(tmp):
     assert ingest.load_info(str(tmp / "ds")).layout == "rows"
     ids = [int(i) for f, _ in ingest.make_dataset(str(tmp / "ds"), batch_size=64, num_epochs=1) for i in f["id"]]
     assert sorted(ids) == list(range(300))
-    meta["format_version"] = 5
+    meta["format_version"] = 6
     meta_path.write_text(json.dumps(meta))
     with pytest.raises(
-        ValueError, match=r"format_version 5; this version of ingest reads format_version 1, 2, 3 and 4"
+        ValueError, match=r"format_version 6; this version of ingest reads format_version 1, 2, 3, 4 and 5"
     ):
         ingest.load_info(str(tmp / "ds"))
 

@@ -145,6 +145,7 @@ def test_parquet_doubles_float32_would_change_are_float64_and_read_back_exactly(
     batch = _all_rows(str(tmp / "ds"))
     assert {k: v.dtype for k, v in batch.items() if k != "id"} == {
         "d": tf.float64,
+        "d_missing": tf.bool,
         "kept": tf.float32,
         "f32": tf.float32,
         "vl": tf.float64,
@@ -153,6 +154,7 @@ def test_parquet_doubles_float32_would_change_are_float64_and_read_back_exactly(
     order = batch["id"].numpy()
     want = table.to_pydict()
     assert batch["d"].numpy().tolist() == [0.0 if want["d"][i] is None else want["d"][i] for i in order]
+    assert batch["d_missing"].numpy().tolist() == [want["d"][i] is None for i in order]
     assert batch["vl"].to_list() == [want["vl"][i] for i in order]
     assert batch["fx"].numpy().tolist() == [want["fx"][i] for i in order]
     assert batch["f32"].numpy().tolist() == table["f32"].to_numpy()[order].tolist()
@@ -217,10 +219,15 @@ def test_feature_space_and_preprocessing_normalize_a_float64_feature(money):
     root, _ = money
     blocks = str(root / "blocks")
     batch = _all_rows(blocks)
-    space = ingest.feature_space(blocks, features={"price": "float_normalized"}, output_mode="dict")
+    # missing="fill": the defaults counted in, as adapt() on the filled batches would.
+    space = ingest.feature_space(blocks, features={"price": "float_normalized"}, output_mode="dict", missing="fill")
     out = space({"price": batch["price"]})["price"].numpy()
     assert np.isfinite(out).all() and abs(out.mean()) < 1e-3 and out.std() == pytest.approx(1.0, rel=1e-3)
-    pre = ingest.preprocessing(blocks, features=["price"])
+    # The default, missing="mask": imputed where the mask says, the rest normalized as float64 reads.
+    masked = ingest.feature_space(blocks, features={"price": "float_normalized"}, output_mode="dict")
+    out = masked(batch)["price"].numpy()
+    assert np.isfinite(out).all() and (out[batch["price_missing"].numpy()] == 0).all()
+    pre = ingest.preprocessing(blocks, features=["price"], missing="fill")
     mean, std = pre.numbers["price"]
     values = batch["price"].numpy()  # the missing ones are the default, as the batches hold them
     assert mean == pytest.approx(values.mean(), rel=1e-9) and std == pytest.approx(values.std(), rel=1e-6)
