@@ -115,8 +115,12 @@ class _ConvertFiles(beam.DoFn):
         self._start = time.monotonic()
 
     def process(self, item, type_counts=None):
-        with full_disk_named(self._cfg.tmp_dir):
-            yield from self._process(item, type_counts)
+        try:
+            with full_disk_named(self._cfg.tmp_dir):
+                yield from self._process(item, type_counts)
+        except BaseException:
+            self._abort()
+            raise
 
     def _process(self, item, type_counts):
         cfg = self._cfg
@@ -222,8 +226,21 @@ class _ConvertFiles(beam.DoFn):
             )
 
     def finish_bundle(self):
-        with full_disk_named(self._cfg.tmp_dir):
-            yield from self._finish_bundle()
+        try:
+            with full_disk_named(self._cfg.tmp_dir):
+                yield from self._finish_bundle()
+        except BaseException:
+            self._abort()
+            raise
+
+    def _abort(self) -> None:
+        """No file of a failed bundle left open: an open file holds its device busy."""
+        self._fragments.abort()
+        if self._quarantine is not None:
+            try:
+                self._quarantine.close()
+            except Exception:  # the failure being raised is the one that matters
+                pass
 
     def _finish_bundle(self):
         self._statistics.close()

@@ -81,11 +81,29 @@ class FragmentWriter:
         w.rows += len(lengths) if rows is None else rows
 
     def close(self) -> list:
-        """Closes every open fragment; returns their descriptors."""
+        """Closes every open fragment; returns their descriptors. A close that fails (a full
+        disk) closes the rest before it raises: an open file would hold its device busy."""
         out = []
-        for (split, shard), w in self._open.items():
-            w.file.close()
-            w.index.close()
-            out.append(Fragment(split, shard, w.path, w.records, w.bytes, w.order, tuple(w.segments), w.rows))
+        try:
+            for (split, shard), w in self._open.items():
+                try:
+                    w.file.close()
+                finally:
+                    w.index.close()
+                out.append(Fragment(split, shard, w.path, w.records, w.bytes, w.order, tuple(w.segments), w.rows))
+        except BaseException:
+            self.abort()
+            raise
         self._open = {}
         return out
+
+    def abort(self) -> None:
+        """Closes every open fragment, quietly: the bundle failed, and its temp dir is the
+        next run's to remove."""
+        for w in self._open.values():
+            for f in (w.file, w.index):
+                try:
+                    f.close()
+                except Exception:  # the failure being raised is the one that matters
+                    pass
+        self._open = {}
