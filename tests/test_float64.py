@@ -290,3 +290,14 @@ def test_doubles_into_a_carried_float32_are_stored_with_a_warning_and_out_of_ran
         )
     (warning,) = ingest.load_info(str(tmp / "ds3")).warnings
     assert re.match(rf"feature 'x': float32 changed 1 value, the largest by {change:.6g} ", warning)
+
+
+def test_imputing_a_float64_keeps_its_digits():
+    # Before the imputation, a float64 input was cast to float32: 123456789.12 became 123456792.
+    from ingest._space_layer import ImputeMissing
+
+    x = tf.constant([123456789.12, 0.0], tf.float64)
+    out = ImputeMissing(2.5)(x, tf.constant([False, True]))
+    assert out.dtype == tf.float64 and out.numpy().tolist() == [123456789.12, 2.5]
+    ints = ImputeMissing(2.5)(tf.constant([7, 0], tf.int64), tf.constant([False, True]))
+    assert ints.dtype == tf.float32 and ints.numpy().tolist() == [7.0, 2.5]
