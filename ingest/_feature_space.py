@@ -43,7 +43,6 @@ EXACT_INT_VALUES = 10_000
 # hashed into the smallest power of two at least its distinct count, so that no fewer bins
 # than values; at most this many (2**20 ids of a 64-wide float32 embedding take 256 MB).
 HASH_BINS_MAX = 1 << 20
-MISSING = ("mask", "fill")
 
 
 def _keras():
@@ -190,7 +189,7 @@ def feature_space(
     info, stats = _statistics(path, split)
     if text not in ("strings", "ids"):
         raise ValueError(f"text must be 'strings' or 'ids', as make_dataset takes it, got {text!r}")
-    if missing not in MISSING:
+    if missing not in contract.MISSING_MODES:
         raise ValueError(f"missing must be 'mask' or 'fill', as make_dataset takes it, got {missing!r}")
     sizes = {n: int(v["size"]) for n, v in info.vocabularies.items() if n != info.label}
     recorded = _recorded(info, sizes, as_ids=text == "ids")
@@ -385,7 +384,7 @@ def _indicator_row(name: str, feature, s: FeatureStatistics | None, value) -> di
     else:
         shown = f"{value:.6g}" if isinstance(value, float) else repr(value)
         what = f"imputed with {_IMPUTED_WITH[_impute_kind(feature)]} ({shown}), 1 where missing"
-    return {"feature": name + "_missing", "values": lacked, "spec": "indicator", "dims": "1", "why": what}
+    return {"feature": name + contract.MASK_SUFFIX, "values": lacked, "spec": "indicator", "dims": "1", "why": what}
 
 
 # The spec names keras.utils.FeatureSpace takes as strings (FeatureSpace._standardize_feature).

@@ -26,11 +26,16 @@ logger = logging.getLogger(__name__)
 _TF_DTYPES = {"int64": tf.int64, "float32": tf.float32, "float64": tf.int64, "bytes": tf.string}
 
 
+def _stored_default(f: contract.FeatureSpec):
+    """The feature's default as a record stores it: bytes UTF-8, a float64 its bit pattern."""
+    if f.dtype == "bytes" and isinstance(f.default, str):
+        return f.default.encode()
+    return contract.float64_bits(f.default) if f.dtype == "float64" else f.default
+
+
 def _parse_spec(f: contract.FeatureSpec):
     dtype = _TF_DTYPES[f.dtype]
-    default = f.default.encode() if f.dtype == "bytes" and isinstance(f.default, str) else f.default
-    if f.dtype == "float64":
-        default = contract.float64_bits(default)  # parsed as its bit pattern, as it is stored
+    default = _stored_default(f)
     if f.is_scalar:
         return tf.io.FixedLenFeature([], dtype, default_value=default if f.missing else None)
     if not f.is_variable_length:
@@ -117,11 +122,8 @@ def _filled(f: contract.FeatureSpec, values: tf.RaggedTensor):
         tf.reduce_all(tf.logical_or(mask, tf.equal(lengths, width))),
         [f"feature {f.name!r}: a record holds other than {width} value(s): ", tf.reduce_max(lengths)],
     )
-    default = f.default.encode() if f.dtype == "bytes" and isinstance(f.default, str) else f.default
-    if f.dtype == "float64":
-        default = contract.float64_bits(default)  # still its bit pattern here, as it is stored
-    with tf.control_dependencies([check]):
-        dense = values.to_tensor(default_value=default, shape=[None, width])
+    with tf.control_dependencies([check]):  # still bit patterns for a float64, as it is stored
+        dense = values.to_tensor(default_value=_stored_default(f), shape=[None, width])
     return (dense[:, 0] if f.is_scalar else dense), mask
 
 

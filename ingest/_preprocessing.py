@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from ingest import _info
+from ingest import _info, contract
 
 __all__ = ["Preprocessing", "preprocessing"]
 
-MISSING_SUFFIX = "_missing"  # make_dataset's mask of feature f (ingest._space_layer)
+MISSING_SUFFIX = contract.MASK_SUFFIX  # make_dataset's mask of feature f is f + MISSING_SUFFIX
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,7 +141,7 @@ def preprocessing(path, *, split: str | None = "train", features=None, missing: 
     """
     from ingest._feature_space import _with_fill
 
-    if missing not in ("mask", "fill"):
+    if missing not in contract.MISSING_MODES:
         raise ValueError(f"missing must be 'mask' or 'fill', as make_dataset takes it, got {missing!r}")
     info = _info.load_info(path)
     if info.statistics is None:

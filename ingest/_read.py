@@ -102,6 +102,13 @@ def _ends(name: str, size: int):
         return head, f.read(n)
 
 
+def recorded_shards(req: Request, files) -> list:
+    """The split's ShardInfo of each of `files` (paths as `shard_plan` makes them), None
+    for a file it does not list."""
+    by_file = {f"{req.path}/{s.filename}": s for s in req.split.shards}
+    return [by_file.get(f) for f in files]
+
+
 def fingerprint_check(req: Request, files):
     """files -> (their [n] names -> an op that fails naming the first whose size is the one
     recorded but whose ends are not (`contract.shard_fingerprint`)), or None where it cannot
@@ -111,8 +118,7 @@ def fingerprint_check(req: Request, files):
     count; its ends (records, CRCs and lengths) tell it. Each shard is read at its ends once
     per process, when a pipeline first opens it.
     """
-    by_file = {f"{req.path}/{s.filename}": s for s in req.split.shards}
-    shards = [by_file.get(f) for f in files]
+    shards = recorded_shards(req, files)
     if req.service is not None or not any(s is not None and s.fingerprint for s in shards):
         return None
     sizes = tf.constant([s.bytes if s is not None else -1 for s in shards], tf.int64)

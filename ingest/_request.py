@@ -23,11 +23,6 @@ from ingest.names import did_you_mean
 __all__ = ["Request", "build", "image_options"]
 
 _CACHE_MODES = (None, "memory", "auto")
-# How a record that lacks a feature's value reads: "mask" adds, beside each feature the
-# metadata records missing values for, a bool feature named NAME + MASK_SUFFIX, True at
-# those rows (the value holds the feature's default there); "fill" gives the default alone.
-MISSING_MODES = ("mask", "fill")
-MASK_SUFFIX = "_missing"
 
 logger = logging.getLogger(__name__)
 
@@ -223,19 +218,20 @@ def build(
 def _masks(info: contract.DatasetInfo, selected, missing: str, path) -> dict:
     """{feature: its mask's name} for the selected features the metadata records missing
     values for (spans: in any of them), under missing="mask"."""
-    if missing not in MISSING_MODES:
+    modes, suffix = contract.MISSING_MODES, contract.MASK_SUFFIX
+    if missing not in modes:
         raise ValueError(
-            f"missing must be one of {MISSING_MODES}, got {missing!r}: 'mask' adds NAME{MASK_SUFFIX} (True where "
+            f"missing must be one of {modes}, got {missing!r}: 'mask' adds NAME{suffix} (True where "
             "a record lacked NAME) beside each feature that has missing values; 'fill' gives the default alone"
         )
     if missing == "fill":
         return {}
-    masks = {f.name: f.name + MASK_SUFFIX for f in info.features if f.name in selected and f.missing}
+    masks = {f.name: f.name + suffix for f in info.features if f.name in selected and f.missing}
     taken = {f.name for f in info.features}  # read or not: the key would mean two things
     clash = sorted(name for name, mask in masks.items() if mask in taken)
     if clash:
         raise ValueError(
-            f"{path} has a feature {clash[0] + MASK_SUFFIX!r}, the name make_dataset gives feature {clash[0]!r}'s "
+            f"{path} has a feature {clash[0] + suffix!r}, the name make_dataset gives feature {clash[0]!r}'s "
             f"missing-value mask: pass missing='fill' (the default value alone, no mask), or rename the column "
             "at conversion"
         )

@@ -16,7 +16,9 @@ import keras
 from keras.src.layers.preprocessing.feature_space import TFDConcat
 from keras.utils import FeatureSpace
 
-MISSING_SUFFIX = "_missing"  # make_dataset's mask of feature f is f + MISSING_SUFFIX
+from ingest import contract
+
+MISSING_SUFFIX = contract.MASK_SUFFIX  # make_dataset's mask of feature f is f + MISSING_SUFFIX
 CONCAT_KEY = "concat"  # output_mode="concat" with embedding ids: the concatenation's key
 
 

@@ -50,6 +50,8 @@ __all__ = [
     "BLOCK_ROWS_FEATURE",
     "ROW_LENGTHS_SUFFIX",
     "MISSING_SUFFIX",
+    "MISSING_MODES",
+    "MASK_SUFFIX",
     "CODES_SUFFIX",
     "CODES_SINCE",
     "IDS_SUFFIX",
@@ -87,6 +89,12 @@ ROW_LENGTHS_SUFFIX = "/row_lengths"
 MISSING_SUFFIX = "/missing"
 CODES_SUFFIX = "/codes"
 IDS_SUFFIX = "/ids"  # a block dictionary's ids in the feature's vocabulary (0: not in it)
+# How the runtime gives a record's missing value (make_dataset, loader, feature_space and
+# preprocessing take the same `missing=`): "mask" adds a bool feature NAME + MASK_SUFFIX,
+# True where the record lacked NAME, beside each feature the metadata counts missing
+# values for; "fill" gives the default alone.
+MISSING_MODES = ("mask", "fill")
+MASK_SUFFIX = "_missing"
 # The most values a text feature's vocabulary holds; a feature with more distinct values
 # gets none: hash it instead. Ids, URLs and other values that rarely repeat would make the
 # vocabulary as large as the column (the benchmark's 500k-row high-cardinality corpus:

@@ -330,17 +330,10 @@ def _missing_rows(f: contract.FeatureSpec, parsed: Mapping, rows_per_block, bloc
         return missing.values + tf.gather(block_starts, block_of)
 
 
-def _presence(f: contract.FeatureSpec, parsed: Mapping, rows_per_block, block_starts, total_rows, where) -> tf.Tensor:
-    """[R] bool: False at the rows that the blocks' `F/missing` lists name."""
-    rows = _missing_rows(f, parsed, rows_per_block, block_starts, where)
-    marked = tf.scatter_nd(rows[:, None], tf.ones_like(rows, dtype=tf.int32), tf.reshape(total_rows, [1]))
-    return tf.equal(marked, 0)
-
-
 def _missing_matrix(features, parsed: Mapping, rows_per_block, block_starts, total_rows, where) -> tf.Tensor:
     """[R, F] bool: True at the rows each of the F features' `F/missing` lists name.
 
-    One scatter for all F, and (by the caller) one gather of its rows for a permutation:
+    One scatter for all F, and (by `_missing_columns`) one gather of its rows for a permutation:
     a scatter and a gather per feature cost the seekable order ~18% of its rows/s at
     4096 with 10 masks (21 columns, a tenth of their values missing)."""
     k = len(features)
@@ -350,15 +343,15 @@ def _missing_matrix(features, parsed: Mapping, rows_per_block, block_starts, tot
     return tf.reshape(tf.not_equal(marked, 0), [-1, k])
 
 
-def _mask_columns(features, masks: Mapping, take, parsed, rows_per_block, block_starts, total_rows, where) -> dict:
-    """{mask name: [R] bool} for the features `masks` names, their rows `take`n."""
-    masked = [f for f in features if f.name in masks]
-    if not masked:
+def _missing_columns(features, take, parsed, rows_per_block, block_starts, total_rows, where) -> dict:
+    """{feature: [R] bool, True at the rows its `F/missing` lists} for `features`, their rows
+    `take`n (a `_rows_taken`, or None)."""
+    if not features:
         return {}
-    matrix = _missing_matrix(masked, parsed, rows_per_block, block_starts, total_rows, where)
+    matrix = _missing_matrix(features, parsed, rows_per_block, block_starts, total_rows, where)
     if take is not None:
         matrix = take(matrix)
-    return dict(zip((masks[f.name] for f in masked), tf.unstack(matrix, axis=1)))
+    return dict(zip((f.name for f in features), tf.unstack(matrix, axis=1)))
 
 
 def parse_blocks(
@@ -402,8 +395,8 @@ def parse_blocks(
     among the N.
     """
     masks = masks or {}
-    present = {f.name for f in features if with_presence or f.name in masks}
-    parsed = tf.io.parse_example(serialized, _parse_spec(features, present, codes, ids))
+    listed = [f for f in features if with_presence or f.name in masks]  # their `F/missing` parsed
+    parsed = tf.io.parse_example(serialized, _parse_spec(features, {f.name for f in listed}, codes, ids))
     # Each bytes column's block dictionaries: of strings, or of ids for those read as ids.
     dictionaries_of = {f.name: parsed[f.name + IDS_SUFFIX if f.name in ids else f.name] for f in features}
     rows_per_block = parsed[ROWS_FEATURE][:, 0]
@@ -432,12 +425,12 @@ def parse_blocks(
     if take is not None:
         take = _rows_taken(take)
         values = {name: take(column) for name, column in values.items()}
-    values.update(_mask_columns(features, masks, take, parsed, rows_per_block, block_starts, total_rows, where))
+    missing = _missing_columns(listed, take, parsed, rows_per_block, block_starts, total_rows, where)
+    values.update({mask: missing[name] for name, mask in masks.items()})
     values = {name: _strings(dictionaries_of[name].values, v) if name in values_of else v for name, v in values.items()}
     out = (values,)
     if with_presence:
-        presence = {f.name: _presence(f, parsed, rows_per_block, block_starts, total_rows, where) for f in features}
-        out += (presence if take is None else {name: take(p) for name, p in presence.items()},)
+        out += ({name: tf.logical_not(m) for name, m in missing.items()},)
     if with_block_rows:
         out += (rows_per_block,)
     return out[0] if len(out) == 1 else out

@@ -89,9 +89,8 @@ def _check_shards_once(req: Request, index: BlockIndex) -> None:
     orders check, makes tf.data log a warning per window that the graph holds state."""
     if req.service is not None:
         return
-    by_file = {f"{req.path}/{s.filename}": s for s in req.split.shards}
-    shards = [by_file[f] for f in index.files if f in by_file]
-    listed = [(f"{req.path}/{s.filename}", s.bytes, s.fingerprint) for s in shards if s.fingerprint]
+    shards = zip(index.files, _read.recorded_shards(req, index.files))
+    listed = [(f, s.bytes, s.fingerprint) for f, s in shards if s is not None and s.fingerprint]
     if not _tuning.is_remote(req.path):
         _read.check_shards(listed, skip_corrupt=req.skip_corrupt)
         return

@@ -413,9 +413,11 @@ def _torch_converter(device):
                 out.append(t if device is None else t.to(device))
         return out
 
+    one_by_one = _per_batch(one)
+
     def batches(columns, ranges):
         if pinned or device is not None or not ranges or ranges[0][1] - ranges[0][0] > _RUN_BATCH_ROWS:
-            yield from _per_batch(one)(columns, ranges)
+            yield from one_by_one(columns, ranges)
             return
         for c in columns:
             _no_text(c)

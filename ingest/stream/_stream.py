@@ -3,8 +3,9 @@
 Stream(spec, processes=K)
   K = 0: the windows made here (TensorFlow in this process)
   K > 0: Workers -> window w from worker w % K, read in place from its slot
-  -> batches cut from each window (views), the first window's leading batches
-     dropped when a pass starts mid-window, the stream's count checked
+  -> each window with the rows of the batches it holds (the consumer cuts them: views),
+     the first window's leading batches dropped when a pass starts mid-window, the
+     stream's count checked
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ __all__ = ["Stream"]
 
 
 class Stream:
-    """Batches of one rank's seekable order; `batches(iteration, start)` is one pass.
+    """Batches of one rank's seekable order; `windows(iteration, start)` is one pass.
 
     `spec`: {"path": ..., "request": make_dataset's keywords for `_request.build`}; its
     seed is drawn here when None, so every worker shares it.
@@ -78,16 +79,6 @@ class Stream:
             workers=max(self.processes, 1),
             batch_limit=limit,
         )
-
-    def batches(self, iteration: int, start: int, global_seed=None):
-        """Pass `iteration` from batch `start`: lists of columns (views, valid until the next batch)."""
-        windows = self.windows(iteration, start, global_seed)
-        try:
-            for columns, ranges in windows:
-                for first, end in ranges:
-                    yield [c[first:end] if not isinstance(c, _transport._Text) else c.rows(first, end) for c in columns]
-        finally:
-            windows.close()
 
     def windows(self, iteration: int, start: int, global_seed=None):
         """Pass `iteration` from batch `start`, a window at a time: (its columns, the (first,
