@@ -169,6 +169,39 @@ def test_rank_blocks_cut_consecutive_blocks_at_equal_shares():
     assert rank_blocks([10, 10], 4) == [(0, 0), (0, 1), (1, 1), (1, 2)]  # more ranks than blocks: some read none
 
 
+@pytest.mark.parametrize("to", ["numpy", "torch"])
+@pytest.mark.parametrize("batch", [1, 100, 1024, 1025, 5000])
+def test_batches_cut_in_groups_hold_their_rows_in_memory_of_their_own(to, batch):
+    # Small batches are one copy a column a group of ~16k rows, cut into views; larger
+    # ones a copy each. Either way each batch holds exactly its rows, starting wherever the
+    # pass starts in the window and ending with a short batch, and writing into it
+    # leaves the window (a worker's shared memory) alone.
+    if to == "torch":
+        pytest.importorskip("torch")
+    from ingest.stream import _loader, _transport
+
+    rows = 40_000
+    rng = np.random.default_rng(1)
+    window = [rng.random(rows, dtype=np.float32), rng.integers(0, 9, (rows, 2))]
+    text = _transport._Text(np.arange(rows + 1), memoryview(bytes(range(256)) * 157), (rows,))
+    columns = window + ([text] if to == "numpy" else [])
+    before = [c.copy() for c in window]
+    for column in window:
+        column.flags.writeable = False  # as a slot's views are
+    ranges = [(first, min(first + batch, rows)) for first in range(3 * batch, rows, batch)]
+    groups = list(_loader._converter(to, None)(columns, ranges))
+    assert max(len(g) for g in groups) == max(1, 16384 // batch)
+    got = [b for g in groups for b in g]
+    assert len(got) == len(ranges)
+    for (first, end), arrays in zip(ranges, got):
+        for column, array in zip(columns, arrays):
+            want = column.rows(first, end) if column is text else column[first:end]
+            np.testing.assert_array_equal(np.asarray(array), want)
+        np.asarray(arrays[0])[:] = -1
+    for column, kept in zip(window, before):
+        np.testing.assert_array_equal(column, kept)
+
+
 def test_torch_and_jax_batches_hold_the_numpy_values(dataset):
     torch = pytest.importorskip("torch")
     jax = pytest.importorskip("jax")

@@ -4,7 +4,8 @@
       -> Stream: K worker processes (or this one, processes=0) make windows
       -> a feeder thread: each batch copied once, into the framework's memory
          (numpy: a writable array; torch: a tensor, pinned and sent non-blocking to
-         `device`; jax: device_put to `device` or a sharding), `prefetch` batches ahead
+         `device`; jax: device_put to `device` or a sharding), `prefetch` batches ahead,
+         handed over in groups of ~16k rows
       -> the trainer's `for batch in loader`: (features, label) or features
 
 The position is (pass, batch): `state_dict()` is that with the facts that fix the order
@@ -14,6 +15,7 @@ the next pass resume at the exact next batch, without reading the batches before
 
 from __future__ import annotations
 
+import collections
 import queue
 import sys
 import threading
@@ -90,7 +92,10 @@ def loader(
             pinned memory and sent with `non_blocking=True` by the feeder thread, so the
             copy overlaps the step), or a JAX device or sharding (`jax.device_put`). None:
             host memory.
-        prefetch: batches made ready ahead of the one the caller takes.
+        prefetch: batches made ready ahead of the one the caller takes, rounded up to
+            whole groups: batches are made and handed over in groups of consecutive
+            batches of about 16,384 rows (64 batches of 256 rows, 4 of 4096, 1 of 16,384
+            or more), so that the caller's thread is woken once a group, not once a batch.
 
     Processes:
         processes: worker processes making the stream; each imports TensorFlow once (a
@@ -285,7 +290,11 @@ class _Pass:
     def __init__(self, owner: Loader, iteration: int, start: int):
         self.owner, self.iteration, self.start = owner, iteration, start
         self.taken, self.finished = 0, False
-        self._queue = queue.Queue(owner.prefetch)
+        # Batches cross in groups: a queue hand-off wakes the caller's thread (a few us of
+        # locks and a context switch), once a group instead of once a batch.
+        group = _group_batches(owner._request["batch_size"])
+        self._queue = queue.Queue(max(1, -(-owner.prefetch // group)))
+        self._ready = collections.deque()
         self._stop = threading.Event()
         global_seed = _tf_global_seed()
         self._thread = threading.Thread(target=self._feed, args=(global_seed,), daemon=True, name="ingest-loader")
@@ -305,8 +314,8 @@ class _Pass:
         windows = owner._stream.windows(self.iteration, self.start, global_seed)
         try:
             for columns, ranges in windows:
-                for converted in owner._convert(columns, ranges):
-                    if not self._put(("batch", owner._packed(converted))):
+                for group in owner._convert(columns, ranges):
+                    if not self._put(("batches", [owner._packed(batch) for batch in group])):
                         return
             self._put(("end", None))
         except BaseException as e:  # raised in the caller's thread, at its next batch
@@ -318,6 +327,9 @@ class _Pass:
         return self
 
     def __next__(self):
+        if self._ready:
+            self.taken += 1
+            return self._ready.popleft()
         if self.finished:
             raise StopIteration
         while True:
@@ -328,9 +340,10 @@ class _Pass:
                 if not self._thread.is_alive() and self._queue.empty():
                     self.finished = True
                     raise WorkerError("the loader's feeder thread ended without a word") from None
-        if kind == "batch":
+        if kind == "batches":
+            self._ready.extend(value)
             self.taken += 1
-            return value
+            return self._ready.popleft()
         self.finished = True
         if kind == "error":
             raise value
@@ -355,25 +368,84 @@ def _tf_global_seed():
 
 
 def _converter(to: str, device):
-    """(a window's columns, the (first, end) rows of its batches) -> each batch as the
-    framework's arrays: the one copy out of the window."""
+    """(a window's columns, the (first, end) rows of its batches) -> groups of consecutive
+    batches (`_group_batches`), each batch as the framework's arrays: the one copy out of
+    the window."""
     if to == "numpy":
-        return _per_batch(lambda columns: [np.array(c) for c in columns])
+        return _in_runs(_slices, lambda columns: [np.array(c) for c in columns])
     if to == "torch":
         return _torch_converter(device)
     return _per_batch(_jax_converter(device))
 
 
-def _per_batch(convert):
-    def batches(columns, ranges):
-        for first, end in ranges:
-            yield convert([_rows(c, first, end) for c in columns])
+# Batches are made and handed over in groups of about _GROUP_ROWS rows (at least one
+# batch). A group of small batches is one copy a column, cut into the batches' arrays:
+# an object costs ~0.17 us for a numpy array and ~0.55 us for a tensor, so 256-row
+# batches of 17 columns made one by one cost 19 us a batch in torch against 8.2 as a
+# group (numpy one by one: 7-8). Batches over _RUN_BATCH_ROWS are copied one by one:
+# a large run's fresh memory faults in page by page (4096-row batches in runs of 8192
+# rows: 44 us a batch, one by one 26).
+_GROUP_ROWS = 16384
+_RUN_BATCH_ROWS = 1024
 
-    return batches
+
+def _group_batches(batch_size: int) -> int:
+    return max(1, _GROUP_ROWS // batch_size)
+
+
+def _groups(ranges: list):
+    """`ranges` in consecutive groups of `_group_batches` batches (the first batch's size)."""
+    if not ranges:
+        return
+    per = _group_batches(ranges[0][1] - ranges[0][0])
+    for i in range(0, len(ranges), per):
+        yield ranges[i : i + per]
+
+
+def _slices(run: np.ndarray, sizes: list) -> list:
+    """`run` cut into consecutive views of `sizes` rows (np.split costs ~3x as much a part)."""
+    out, first = [], 0
+    for size in sizes:
+        out.append(run[first : first + size])
+        first += size
+    return out
+
+
+def _per_batch(convert):
+    """Each batch copied on its own: `convert(its columns' rows)` -> its arrays."""
+
+    def groups(columns, ranges):
+        for run in _groups(ranges):
+            yield [convert([_rows(c, first, end) for c in columns]) for first, end in run]
+
+    return groups
+
+
+def _in_runs(cut, one):
+    """Batches of up to _RUN_BATCH_ROWS rows copied a group at a time, a column in one copy
+    that `cut(copy, sizes)` parts into the batches' arrays; larger batches by `one`."""
+    one_by_one = _per_batch(one)
+
+    def groups(columns, ranges):
+        if not ranges or ranges[0][1] - ranges[0][0] > _RUN_BATCH_ROWS:
+            yield from one_by_one(columns, ranges)
+            return
+        for run in _groups(ranges):
+            sizes = [end - first for first, end in run]
+            first, end = run[0][0], run[-1][1]
+            parts = [cut(_copy(c, first, end), sizes) for c in columns]
+            yield [[p[j] for p in parts] for j in range(len(run))]
+
+    return groups
 
 
 def _rows(column, first: int, end: int):
     return column[first:end] if isinstance(column, np.ndarray) else column.rows(first, end)
+
+
+def _copy(column, first: int, end: int) -> np.ndarray:
+    """Rows of a window's column in memory of their own (text's rows are made new)."""
+    return column[first:end].copy() if isinstance(column, np.ndarray) else column.rows(first, end)
 
 
 def _no_text(column) -> None:
@@ -382,15 +454,6 @@ def _no_text(column) -> None:
             "text features cannot become torch or jax arrays: read them as ids (text='ids') or leave them "
             "out (features=[...])"
         )
-
-
-# Batches up to this many rows are made in runs of batches of about _RUN_ROWS rows: one
-# copy and one torch.split per column a run, as a tensor costs ~0.55 us to make (a numpy
-# array's object ~0.17): 256-row batches of 17 columns, 8.2 us a batch against 19 one by
-# one (numpy: 7-8). Larger batches are made one by one: a large run's fresh memory faults
-# in page by page (4096-row batches in runs of 8192 rows: 44 us a batch, one by one 26).
-_RUN_BATCH_ROWS = 1024
-_RUN_ROWS = 16384
 
 
 def _torch_converter(device):
@@ -413,24 +476,14 @@ def _torch_converter(device):
                 out.append(t if device is None else t.to(device))
         return out
 
-    one_by_one = _per_batch(one)
+    if device is not None:
+        return _per_batch(one)
 
-    def batches(columns, ranges):
-        if pinned or device is not None or not ranges or ranges[0][1] - ranges[0][0] > _RUN_BATCH_ROWS:
-            yield from one_by_one(columns, ranges)
-            return
-        for c in columns:
-            _no_text(c)
-        per_run = max(1, _RUN_ROWS // (ranges[0][1] - ranges[0][0]))
-        for i in range(0, len(ranges), per_run):
-            run = ranges[i : i + per_run]
-            sizes = [end - first for first, end in run]
-            first, end = run[0][0], run[-1][1]
-            parts = [torch.from_numpy(np.array(c[first:end])).split(sizes) for c in columns]
-            for j in range(len(run)):
-                yield [p[j] for p in parts]
+    def cut(run, sizes):
+        _no_text(run)
+        return torch.from_numpy(run).split(sizes)
 
-    return batches
+    return _in_runs(cut, one)
 
 
 def _jax_converter(device):
