@@ -199,20 +199,22 @@ def handoff(batch_size: int, rows: int = 81_920, columns: int = 17, repeats: int
     """us a batch and ns a row from a numeric window to numpy batches through a slot (in one process)."""
     import numpy as np
 
-    from ingest.stream import _transport
+    from ingest.stream import _loader, _transport
 
     window = -(-rows // batch_size) * batch_size
     rng = np.random.default_rng(0)
     cols = [rng.random(window, dtype=np.float32) if c % 2 else rng.integers(0, 1000, window) for c in range(columns)]
     placed, size, parts = _transport.layout(cols)
     buffer = _transport.Buffer(size)
+    convert = _loader._converter("numpy", None)
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
         _transport.write(buffer, cols, placed, parts)
         views = _transport.read(buffer, placed)
-        for b in range(window // batch_size):
-            _ = [np.array(v[b * batch_size : (b + 1) * batch_size]) for v in views]
+        ranges = [(b * batch_size, (b + 1) * batch_size) for b in range(window // batch_size)]
+        for _ in convert(views, ranges):  # the loader's numpy batches, a group at a time
+            pass
         times.append(time.perf_counter() - t)
         del views
     buffer.close()
