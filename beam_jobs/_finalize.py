@@ -251,7 +251,13 @@ def _exact_tops(statistics: Statistics | None, vocabularies: dict) -> Statistics
             continue
         top = tuple(ValueCount(t["value"], t["count"]) for t in v["top"])
         overall[name] = dataclasses.replace(
-            s, top=top, top_exact=v["top_exact"], distinct=v["distinct"], distinct_exact=True
+            s,
+            top=top,
+            top_exact=v["top_exact"],
+            top_error=None,
+            distinct=v["distinct"],
+            distinct_exact=True,
+            distinct_error=None,
         )
     return dataclasses.replace(statistics, overall=overall)
 
