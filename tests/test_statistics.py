@@ -160,24 +160,21 @@ def test_statistics_per_split_and_overall_match_pandas(converted):
         assert blob.length.max == 9 and blob.mean is None
 
 
-def test_high_cardinality_text_is_estimated_within_two_percent(converted):
+def test_text_under_the_vocabulary_limit_is_counted_exactly_in_every_split(converted):
+    """30k distinct values: under the vocabulary's limit, so the statistics of every split
+    and of all of them count them exactly, as pandas does (a frequent-items sketch gave each
+    split's before; the sketched path is tested past the limit, below)."""
     table, path, ids = converted
     df = table.to_pandas()
-    # Over every split, the top values and distinct count are those of the exact counts the
-    # vocabulary was ranked from (30k values: under its limit): they were the sketch's too.
-    st = ingest.load_info(path).statistics.of(None)["ids"]
-    truth = df["ids"].value_counts()
-    assert st.distinct_exact and st.distinct == len(truth) and st.top_exact
-    assert [(t.value, t.count) for t in st.top] == _keras_order(truth)[: feature_stats.TOP_STORED]
-    for split in SPLITS:
-        rows = df.iloc[np.sort(ids[split])]
-        st = ingest.load_info(path).statistics.of(split)["ids"]
+    info = ingest.load_info(path)
+    for split in (*SPLITS, None):
+        rows = df if split is None else df.iloc[np.sort(ids[split])]
+        st = info.statistics.of(split)["ids"]
         truth = rows["ids"].value_counts()
-        assert not st.distinct_exact and st.distinct == pytest.approx(len(truth), rel=0.02)
-        assert not st.top_exact and st.vocabulary is None
+        assert st.distinct_exact and st.distinct == len(truth) and st.top_exact
+        assert (st.distinct_error, st.top_error) == (None, None)
+        assert [(t.value, t.count) for t in st.top] == _keras_order(truth)[: feature_stats.TOP_STORED]
         assert st.top[0].value == "hot"
-        # Frequent-items estimates: never below the true count, above it by at most N / 6000.
-        assert truth["hot"] <= st.top[0].count <= truth["hot"] + len(rows) / 6000
 
 
 @pytest.mark.slow
@@ -339,7 +336,9 @@ def test_quantiles_hold_their_rank_bound_on_skewed_data_split_in_uneven_parts():
 
 
 def test_counts_switch_to_sketches_when_merged_past_the_exact_limit():
-    limit = feature_stats.EXACT_VALUES
+    from ingest import contract
+
+    limit = contract.VOCABULARY_LIMIT  # text's: as many as a vocabulary holds
     halves = [np.array([f"v{i}" for i in range(k * limit // 2 + k, (k + 2) * limit // 2 + k)], object) for k in (0, 1)]
     acc = feature_stats.FeatureStats("bytes", "text", False)
     for h in halves:  # each bundle alone stays exact; together they do not
@@ -349,7 +348,7 @@ def test_counts_switch_to_sketches_when_merged_past_the_exact_limit():
         acc.merge(piece)
     got = acc.to_json()
     truth = len(set(halves[0]) | set(halves[1]))
-    assert not got["distinct_exact"] and got["distinct"] == pytest.approx(truth, rel=0.02)
+    assert not got["distinct_exact"] and abs(got["distinct"] - truth) <= got["distinct_error"] * truth
 
 
 def test_sketched_text_holds_its_recorded_bounds_bad_utf8_replaced():
@@ -361,8 +360,9 @@ def test_sketched_text_holds_its_recorded_bounds_bad_utf8_replaced():
     rng = np.random.default_rng(4)
     chunks = []
     for k in range(4):
-        values = [b"id-%d" % x for x in rng.integers(0, 10**6, 6_000)] + [b"w%d" % (k % 3)] * 500
-        values += [b"\xff\xfe%d" % k] * 300 if k == 2 else []  # not UTF-8: decoded with U+FFFD
+        # ~160k distinct ids in all: past the exact counts (2**17) after the fourth chunk
+        values = [b"id-%d" % x for x in rng.integers(0, 10**7, 40_000)] + [b"w%d" % (k % 3)] * 500
+        values += [b"\xff\xfe%d" % k] * 300 if k == 0 else []  # not UTF-8: decoded with U+FFFD
         chunks.append(pa.array(values, pa.large_binary()))
     acc = feature_stats.FeatureStats("bytes", "text", False)
     for i, chunk in enumerate(chunks):
@@ -374,7 +374,7 @@ def test_sketched_text_holds_its_recorded_bounds_bad_utf8_replaced():
     top = {t["value"]: t["count"] for t in got["top"]}
     assert all(truth[v] <= c <= truth[v] + got["top_error"] for v, c in top.items()), got["top_error"]
     assert {v for v, c in truth.items() if c > 2 * got["top_error"]} <= set(top)
-    assert "\ufffd\ufffd2" in top and top["w0"] >= 1000
+    assert "\ufffd\ufffd0" in top and top["w0"] >= 1000
 
 
 def test_binary_values_are_counted_by_digest_past_the_exact_limit():
@@ -523,10 +523,12 @@ def test_long_text_values_are_stored_and_described_cut_not_whole(tmp):
     assert cli.main(["describe", str(tmp / "ds")]) == 0
     # Past the exact counts, the frequent-items sketch's values are cut too.
     acc = feature_stats.FeatureStats("bytes", "text", False)
-    values = [f"{i:05d}".encode() * 100 for i in range(feature_stats.EXACT_VALUES + 1)] + [b"x" * 1000] * 50
+    from ingest import contract
+
+    values = [b"%06d" % i for i in range(contract.VOCABULARY_LIMIT + 1)] + [c * 1000 for c in (b"x", b"y")] * 50
     acc.add(pa.array(values, pa.large_binary()), feature_stats.chunk_keys(len(values), [0]))
     got = acc.to_json()
-    assert not got["distinct_exact"] and got["top"][0]["value"] == "x" * (cap - 1) + "…"
+    assert not got["distinct_exact"] and [t["value"] for t in got["top"]] == [c * (cap - 1) + "…" for c in "yx"]
     assert all(len(t["value"]) <= cap for t in got["top"])
 
 
@@ -647,3 +649,20 @@ def test_every_statistics_field_is_type_checked_on_load_naming_file_feature_and_
         ingest.DatasetInfoError, match=r"broken/dataset_info\.json .*metadata\.statistics\.overall" + message
     ):
         ingest.load_info(str(broken))
+
+
+@pytest.mark.parametrize("classes", [feature_stats.EXACT_VALUES, feature_stats.EXACT_VALUES + 1])
+def test_a_text_labels_classes_stop_at_the_exact_values_limit_not_the_vocabularys(classes):
+    """Text is counted exactly up to the vocabulary's 2**17 values, but a label records its
+    classes up to EXACT_VALUES only, as before: past them, none (and a warning)."""
+    from beam_jobs.stats.conversion import ConversionStats
+
+    stats = ConversionStats()
+    values = pa.array([b"c%05d" % i for i in range(classes)] * 2, pa.large_binary())
+    split_of = np.arange(len(values)) % 2  # both splits hold every class
+    stats.add_statistics(
+        [("y", "bytes", values)], {"y": "text"}, split_of, SPLITS, feature_stats.chunk_keys(len(values), [0])
+    )
+    got = stats.distinct_values("y")
+    assert got is None if classes > feature_stats.EXACT_VALUES else sorted(got) == [f"c{i:05d}" for i in range(classes)]
+    assert stats.statistics_json(SPLITS)["overall"]["y"]["distinct"] == classes  # counted exactly all the same

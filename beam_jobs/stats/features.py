@@ -7,9 +7,10 @@ One `FeatureStats` per feature and split; each bundle fills its own and Beam mer
     numbers    count, mean and M2 merged by Chan's parallel update (population std),
                exact min/max (infinities included)/zeros/nan/inf/neg_inf, quantiles of
                the finite values from a uniform sample
-    text       value counts: exact up to EXACT_VALUES distinct values; beyond, a batched
-               distinct-count sketch and Misra-Gries counters for `top` (`stats.sketches`),
-               with their error bounds (`distinct_error`, `top_error`)
+    text       value counts: exact up to VOCABULARY_LIMIT (2**17) distinct values, as the
+               vocabulary counts them; beyond, a batched distinct-count sketch and
+               Misra-Gries counters for `top` (`stats.sketches`), with their error bounds
+               (`distinct_error`, `top_error`)
     int        value counts: exact up to EXACT_VALUES distinct values; beyond, the feature is
                treated as a number only (no vocabulary to learn)
     bytes      lengths (min/max/mean) and `distinct` (counted by 64-bit digest, exactly up
@@ -32,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from beam_jobs.stats import sketches
+from ingest import contract
 
 __all__ = [
     "FeatureStats",
@@ -50,8 +52,8 @@ QUANTILES = 101  # every percentile: first = min, last = max
 # A uniform sample of at least this many values has a rank error under 1% at each
 # quantile with 99% confidence (2.58 * 0.5 / sqrt(32768) = 0.71%); it holds up to twice as many.
 SAMPLE_SIZE = 32_768
-# Distinct values counted exactly per feature and split; vocabularies up to this size are
-# exact (Keras lookups built from them equal `adapt()`'s).
+# Distinct values counted exactly per int64 or bytes feature and split, and the most
+# classes a text label records (text features are counted up to contract.VOCABULARY_LIMIT).
 EXACT_VALUES = 10_000
 TOP_STORED = 1_000  # most frequent values written to the metadata (the whole vocabulary when it fits)
 # A text value longer than this is stored in `top` cut to this many characters, the last
@@ -257,7 +259,9 @@ def cut_long_values(top: list) -> tuple:
 class _Counts:
     """Value counts: exact (Arrow arrays, compacted lazily) up to `limit` distinct values.
 
-    kind  "text"    exact up to EXACT_VALUES; past it, `sketches.Distinct` and `sketches.Frequent`
+    kind  "text"    exact up to VOCABULARY_LIMIT, the vocabulary's own limit: a feature with a
+                    vocabulary takes `distinct` and `top` from exact counts in every split, with
+                    no sketch; past it, `sketches.Distinct` and `sketches.Frequent`
           "binary"  64-bit digests, exact up to EXACT_VALUES; past it, `sketches.Distinct`
           "number"  an int64 feature, exact up to EXACT_VALUES; past it, no counts at all
                     (a measure, not a category)
@@ -267,7 +271,7 @@ class _Counts:
 
     def __init__(self, kind: str):
         self.kind = kind
-        self.limit = EXACT_VALUES
+        self.limit = contract.VOCABULARY_LIMIT if kind == "text" else EXACT_VALUES
         self.pending: list = []  # [(values, counts)] not yet compacted
         self.pending_rows = 0
         self.values = None  # pa.Array of distinct values, after compaction
