@@ -666,3 +666,85 @@ def test_a_text_labels_classes_stop_at_the_exact_values_limit_not_the_vocabulary
     got = stats.distinct_values("y")
     assert got is None if classes > feature_stats.EXACT_VALUES else sorted(got) == [f"c{i:05d}" for i in range(classes)]
     assert stats.statistics_json(SPLITS)["overall"]["y"]["distinct"] == classes  # counted exactly all the same
+
+
+# --- past the exact counts, in a conversion ---------------------------------------------------
+
+
+def _urls(rows: int, seed: int) -> pa.Table:
+    """URLs that rarely repeat (past the 2**17 values counted exactly), two of them frequent."""
+    rng = np.random.default_rng(seed)
+    url = np.char.add("https://shop.example.com/p/", rng.integers(0, 10**9, rows).astype(str)).astype(object)
+    share = rng.random(rows)
+    url[share < 0.05] = "https://shop.example.com/"
+    url[(share >= 0.05) & (share < 0.06)] = "https://shop.example.com/cart"
+    return pa.table({"url": pa.array(url, pa.string()), "word": pa.array(rng.choice(["a", "b", "c"], rows))})
+
+
+@pytest.fixture(scope="module")
+def sketched(tmp_path_factory):
+    """Two files: the first passes the exact counts within its bundle, the second only in the merge."""
+    root = tmp_path_factory.mktemp("sketched")
+    table = _urls(220_000, 6)
+    os.makedirs(root / "in")
+    pq.write_table(table.slice(0, 170_000), root / "in" / "a.parquet")
+    pq.write_table(table.slice(170_000), root / "in" / "b.parquet")
+    run_convert("--source", "parquet", "--input", root / "in" / "*.parquet", "--output", root / "ds")
+    return table, str(root / "ds")
+
+
+def test_text_past_the_vocabulary_limit_is_estimated_within_its_recorded_bounds(sketched):
+    from collections import Counter
+
+    from beam_jobs.stats import sketches
+    from ingest import contract
+
+    table, path = sketched
+    truth = Counter(table.column("url").to_pylist())
+    assert len(truth) > contract.VOCABULARY_LIMIT
+    st = ingest.load_info(path).statistics
+    for url in (st.feature("url"), *(features["url"] for features in st.splits.values())):  # one split: the same rows
+        assert not url.distinct_exact and url.distinct_error == sketches.DISTINCT_ERROR
+        assert abs(url.distinct - len(truth)) <= url.distinct_error * len(truth)
+        assert not url.top_exact and 0 < url.top_error <= table.num_rows / (sketches.FREQUENT_K + 1)
+        top = {t.value: t.count for t in url.top}
+        assert all(truth[v] <= c <= truth[v] + url.top_error for v, c in top.items()), url.top_error
+        assert {v for v, c in truth.items() if c > 2 * url.top_error} <= set(top)
+        assert list(top)[:2] == ["https://shop.example.com/", "https://shop.example.com/cart"]
+    word = st.feature("word")  # beside it, exact counts stay exact, with no bound
+    want = Counter(table.column("word").to_pylist())
+    assert [(t.value, t.count) for t in word.top] == sorted(want.items(), key=lambda vc: (vc[1], vc[0]), reverse=True)
+    assert word.distinct_exact and (word.distinct_error, word.top_error) == (None, None)
+
+
+def test_describe_compare_and_merge_read_metadata_with_and_without_the_error_bounds(sketched, tmp_path, capsys):
+    """Metadata recorded before `distinct_error` and `top_error` existed loads, describes,
+    compares and merges as the new does: the bounds alone are missing."""
+    import dataclasses
+
+    from ingest import statistics
+
+    _, path = sketched
+    old = tmp_path / "old"
+    shutil.copytree(path, old)
+    meta = json.loads((old / "dataset_info.json").read_text())
+    for features in (meta["statistics"]["overall"], *meta["statistics"]["splits"].values()):
+        for f in features.values():
+            f.pop("distinct_error", None)
+            f.pop("top_error", None)
+    (old / "dataset_info.json").write_text(json.dumps(meta))
+    new_url, old_url = (ingest.load_info(str(p)).statistics.feature("url") for p in (path, old))
+    assert new_url.distinct_error is not None and new_url.top_error is not None
+    assert (old_url.distinct_error, old_url.top_error) == (None, None)
+    assert dataclasses.replace(new_url, distinct_error=None, top_error=None) == old_url
+    rows = {}
+    for p in (path, old):
+        capsys.readouterr()
+        assert cli.main(["describe", str(p)]) == 0
+        rows[p] = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| url |"))
+    assert f"{new_url.distinct:,} (±2.0%)" in rows[path] and f"{new_url.distinct:,} (approx.)" in rows[old]
+    for a, b in ((path, old), (old, path)):  # the same statistics either way: no drift
+        assert cli.main(["compare", str(a), str(b)]) == 0, capsys.readouterr().out
+    merged = statistics.merge([ingest.load_info(str(p)).statistics for p in (path, old)]).feature("url")
+    assert not merged.distinct_exact and merged.distinct_error is None  # a merge proves no bound
+    assert merged.count == 2 * new_url.count
