@@ -8,7 +8,7 @@ Why not DataSketches: in datasketches 5.2 only KLL takes numpy arrays; `hll_sket
 `cpc_sketch`, `update_theta_sketch` and `frequent_strings_sketch` take one value a call, with
 the GIL held, after each value is made a Python str. On 200k distinct URL-like values
 that was ~75 ms a column (str 21, HLL 23, frequent items 28); these take ~30 ms, which
-numpy and Arrow spend without the GIL.
+numpy and Arrow spend without the GIL (`python -m benchmarks.statistics --parts text`).
 
 Both sketches merge (a bundle's into another's) with the same error bounds as one fed
 every value, and neither depends on the order the values come in.
@@ -105,9 +105,13 @@ class Distinct:
     def __init__(self):
         self.smallest = np.empty(0, np.uint64)  # sorted, distinct, at most DISTINCT_K
 
-    def add(self, hashes: np.ndarray) -> None:
+    def add(self, hashes: np.ndarray, *, distinct: bool = False) -> None:
+        """Adds `hashes`; `distinct`: no two are equal (a feature's exact counts, when they
+        overflow), so that only their K smallest need sorting."""
         if len(self.smallest) == DISTINCT_K:
             hashes = hashes[hashes < self.smallest[-1]]
+        elif distinct and len(hashes) > DISTINCT_K:
+            hashes = np.partition(hashes, DISTINCT_K - 1)[:DISTINCT_K]
         if len(hashes):
             # A sort and a comparison: np.union1d (np.unique) took 10x as long in numpy 2.4.
             merged = np.sort(np.concatenate([self.smallest, hashes]))
@@ -149,9 +153,15 @@ class Frequent:
         self.values = pa.array([], pa.large_binary())  # the value of each counter
         self.error = 0
 
-    def add(self, values: pa.Array, hashes: np.ndarray, counts: np.ndarray | None = None) -> None:
-        """Counts `values` (their `hash64`), each `counts` times (None: once each)."""
+    def add(
+        self, values: pa.Array, hashes: np.ndarray, counts: np.ndarray | None = None, *, distinct: bool = False
+    ) -> None:
+        """Counts `values` (their `hash64`), each `counts` times (None: once each); `distinct`:
+        no two are equal, and need no grouping."""
         if not len(hashes):
+            return
+        if distinct:
+            self._add(hashes, np.asarray(counts, np.int64), values, np.arange(len(hashes)))
             return
         order = np.argsort(hashes)  # 1.4 ms per 32k hashes; Arrow's dictionary_encode: 1.3
         ordered = hashes[order]
