@@ -7,7 +7,6 @@ or newer than it is; `output_dir` says how a rerun finishes or undoes a dead job
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import json
 import logging
@@ -20,7 +19,7 @@ from beam_jobs._errors import ConversionError
 from beam_jobs.output import directory as output_dir
 from beam_jobs.stats.conversion import ConversionStats
 from ingest import contract
-from ingest.statistics import Statistics, ValueCount
+from ingest.statistics import Statistics
 
 logger = logging.getLogger(__name__)
 
@@ -179,7 +178,6 @@ def _commit_plan(
     moves += [(path, entry["file"]) for path, entry in files.values()]
     output_dir.refuse_links_out(cfg.output, [rel for _, rel in moves])
     statistics = Statistics.from_json(stats.statistics_json(cfg.split_names)) if cfg.statistics else None
-    statistics = _exact_tops(statistics, vocabularies)
     schema = cfg.source.schema
     if schema is None:
         classes, label_warnings = _label_classes(cfg.label, features, statistics, stats)
@@ -234,26 +232,6 @@ def _bent_warnings(stats: ConversionStats) -> tuple:
         )
         logger.warning("%s", out[-1])
     return tuple(out)
-
-
-def _exact_tops(statistics: Statistics | None, vocabularies: dict) -> Statistics | None:
-    """Each text feature's overall statistics take their top values and distinct count from
-    the exact counts made for its vocabulary (every split, up to VOCABULARY_LIMIT distinct
-    values) where theirs are estimates: past EXACT_VALUES distinct values they come from a
-    frequent-items sketch, whose top of a column of rarely repeated values (e-mails, ids) is
-    its noise. A split's statistics keep theirs: the counts are of the whole dataset."""
-    if statistics is None:
-        return None
-    overall = dict(statistics.overall)
-    for name, v in vocabularies.items():
-        s = overall.get(name)
-        if s is None or v.get("top") is None or (s.top_exact and s.distinct_exact):
-            continue
-        top = tuple(ValueCount(t["value"], t["count"]) for t in v["top"])
-        overall[name] = dataclasses.replace(
-            s, top=top, top_exact=v["top_exact"], distinct=v["distinct"], distinct_exact=True
-        )
-    return dataclasses.replace(statistics, overall=overall)
 
 
 def _quarantine_files(quarantine: list, fresh) -> list:

@@ -274,23 +274,18 @@ def _vocabulary_features(cfg: JobConfig, decided) -> frozenset:
 
 
 def _vocabularies(counts: vocabulary.Counts, cfg: JobConfig) -> dict:
-    """{feature: {"values": its vocabulary (large_binary), "note": why values were left out,
-    "top": its most frequent values from the exact counts (over every split), "distinct": how
-    many; both None past the limit}}."""
+    """{feature: {"values": its vocabulary (large_binary), "note": why values were left out}}.
+    Their top values and distinct count are the statistics' own: counted exactly up to the
+    same limit (`stats.features._Counts`)."""
     carried = cfg.source.schema.vocabularies if cfg.source.schema is not None else {}
     out = {}
     for name in sorted(set(counts.names) | set(carried)):
-        table = counts.table(name)
-        values, note = vocabulary.ranked(table, contract.VOCABULARY_LIMIT, carried.get(name, ()))
-        exact = {"top": None, "top_exact": None, "distinct": None}
-        if table is not None:
-            top, cut = feature_stats.cut_long_values(vocabulary.top_counts(table, feature_stats.TOP_STORED))
-            exact = {"top": top, "top_exact": not cut, "distinct": table.num_rows}
+        values, note = vocabulary.ranked(counts.table(name), contract.VOCABULARY_LIMIT, carried.get(name, ()))
         if values or not note:
             arrow = pa.array([v.encode("utf-8", "surrogateescape") for v in values], pa.large_binary())
-            out[name] = {"values": arrow, "note": note, **exact}
+            out[name] = {"values": arrow, "note": note}
         else:
-            out[name] = {"values": None, "note": note, **exact}
+            out[name] = {"values": None, "note": note}
     return out
 
 

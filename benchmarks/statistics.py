@@ -8,8 +8,14 @@
    largest rank error of 101 quantiles.
 3. `ingest.feature_space` (statistics already recorded) against `FeatureSpace.adapt` on
    the converted 500k-row corpus: the time to a ready FeatureSpace.
+4. High-cardinality text (the corpus' five columns of distinct ids, URLs, e-mails, hashes
+   and SKUs): the text statistics `beam_jobs` gathers (exact counts up to 2**17 values,
+   then batched sketches, `beam_jobs.stats.sketches`) against DataSketches' HLL and
+   frequent-strings sketches fed a Python call per value, as `beam_jobs` did before; in
+   conversion-sized chunks, alternating, ms per 200k values of a column and the largest
+   error of `distinct`.
 
-    python -m benchmarks.statistics [--rows 500000] [--runs 5]
+    python -m benchmarks.statistics [--rows 500000] [--runs 5] [--parts conversion,sketches,feature_space,text]
 """
 
 from __future__ import annotations
@@ -135,6 +141,69 @@ def sketch_comparison(parquet_path: str, runs: int) -> list:
     ]
 
 
+def _per_value_sketches(col, text) -> int:
+    """DataSketches' HLL (lg_k 14) and frequent strings (lg_max_map 13) over a column's
+    chunks, each chunk's distinct values one call each, as `beam_jobs` sketched before it
+    batched: -> the distinct estimate."""
+    import collections
+
+    import datasketches
+    import pyarrow.compute as pc
+
+    hll = datasketches.hll_sketch(14)
+    frequent = datasketches.frequent_strings_sketch(13)
+    for at in range(0, len(col), _CHUNK):
+        counted = pc.value_counts(col.slice(at, _CHUNK))
+        values = text(counted.field(0))
+        collections.deque(map(hll.update, values), maxlen=0)
+        collections.deque(map(frequent.update, values, counted.field(1).to_pylist()), maxlen=0)
+    return round(hll.get_estimate())
+
+
+def _batched(col, feature_stats) -> int:
+    acc = feature_stats.FeatureStats("bytes", "text", False)
+    for i, at in enumerate(range(0, len(col), _CHUNK)):
+        piece = col.slice(at, _CHUNK)
+        acc.add(piece, feature_stats.chunk_keys(len(piece), [0, i]))
+    return acc.to_json()["distinct"]
+
+
+def text_comparison(rows: int, runs: int) -> list:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from beam_jobs.stats import features as feature_stats
+
+    table = corpus.tabular_table(rows, text="high")
+    columns = [table.column(c).combine_chunks().cast(pa.large_binary()) for c in corpus.STR_COLS]
+    truth = [len(pc.unique(c)) for c in columns]
+    how = {
+        "DataSketches, a call per value (before)": lambda c: _per_value_sketches(c, feature_stats._as_text),
+        "exact to 2**17, then batched sketches (beam_jobs)": lambda c: _batched(c, feature_stats),
+    }
+    seconds: dict = {name: [] for name in how}
+    errors: dict = {name: 0.0 for name in how}
+    for run in range(runs + 1):  # the first round warms up
+        for name in list(how) if run % 2 == 0 else list(how)[::-1]:  # neither always runs first
+            start = time.perf_counter()
+            estimates = [how[name](c) for c in columns]
+            if run:
+                seconds[name].append(time.perf_counter() - start)
+            errors[name] = max(abs(e - t) / t for e, t in zip(estimates, truth))
+    per = 200_000 / sum(len(c) for c in columns)
+    before = statistics.median(seconds[list(how)[0]])
+    return [
+        {
+            "text_statistics": name,
+            "ms_per_200k": 1e3 * statistics.median(seconds[name]) * per,
+            "speedup": before / statistics.median(seconds[name]),
+            "max_distinct_error_pct": 100 * errors[name],
+            "runs": runs,
+        }
+        for name in how
+    ]
+
+
 def feature_space_comparison(dataset: str, runs: int) -> list:
     import keras
 
@@ -176,28 +245,41 @@ def main(argv=None) -> int:
     p.add_argument("--workdir", default="bench-out/data")
     p.add_argument("--out", default="bench-out")
     p.add_argument("--quick", action="store_true", help="50k rows, 1 run")
+    p.add_argument("--parts", default="conversion,sketches,feature_space,text", help="which comparisons to run")
     args = p.parse_args(argv)
     if args.quick:
         args.rows, args.runs = 50_000, 1
-    paths = {
-        "parquet": corpus.ensure_parquet(args.workdir, args.rows),
-        "csv": corpus.ensure_csv(args.workdir, args.rows),
-    }
-    dataset = corpus.ensure_dataset(args.workdir, args.rows, 16, layout="blocks")
-    results = {
-        "conversion": conversion_ratios(paths, args.workdir, args.runs),
-        "sketches": sketch_comparison(paths["parquet"], args.runs),
-        "feature_space": feature_space_comparison(dataset, min(args.runs, 3)),  # adapt takes ~40 s a run
-    }
-    print(
-        f"\nConversion of a {args.rows:,}-row, 21-column corpus with and without statistics (median of {args.runs})\n"
-    )
-    print(_measure.table(results["conversion"], list(results["conversion"][0])))
-    print(f"\nQuantiles of the corpus' 15 numeric columns in {_CHUNK:,}-row chunks (median of {args.runs})\n")
-    print(_measure.table(results["sketches"], ["quantiles", "ms_per_million", "vs_sample", "max_rank_error_pct"]))
-    runs = results["feature_space"][0]["runs"]
-    print(f"\nA ready FeatureSpace for the corpus' 20 features from 500k rows (median of {runs})\n")
-    print(_measure.table(results["feature_space"], ["how", "seconds", "speedup", "runs"]))
+    parts = args.parts.split(",")
+    results = {}
+    if "conversion" in parts or "sketches" in parts:
+        paths = {
+            "parquet": corpus.ensure_parquet(args.workdir, args.rows),
+            "csv": corpus.ensure_csv(args.workdir, args.rows),
+        }
+    if "conversion" in parts:
+        results["conversion"] = conversion_ratios(paths, args.workdir, args.runs)
+        print(
+            f"\nConversion of a {args.rows:,}-row, 21-column corpus with and without statistics "
+            f"(median of {args.runs})\n"
+        )
+        print(_measure.table(results["conversion"], list(results["conversion"][0])))
+    if "sketches" in parts:
+        results["sketches"] = sketch_comparison(paths["parquet"], args.runs)
+        print(f"\nQuantiles of the corpus' 15 numeric columns in {_CHUNK:,}-row chunks (median of {args.runs})\n")
+        print(_measure.table(results["sketches"], ["quantiles", "ms_per_million", "vs_sample", "max_rank_error_pct"]))
+    if "feature_space" in parts:
+        dataset = corpus.ensure_dataset(args.workdir, args.rows, 16, layout="blocks")
+        results["feature_space"] = feature_space_comparison(dataset, min(args.runs, 3))  # adapt takes ~40 s a run
+        runs = results["feature_space"][0]["runs"]
+        print(f"\nA ready FeatureSpace for the corpus' 20 features from 500k rows (median of {runs})\n")
+        print(_measure.table(results["feature_space"], ["how", "seconds", "speedup", "runs"]))
+    if "text" in parts:
+        results["text"] = text_comparison(args.rows, args.runs)
+        print(
+            f"\nStatistics of the corpus' 5 high-cardinality text columns, {args.rows:,} distinct values each, "
+            f"in {_CHUNK:,}-value chunks (median of {args.runs})\n"
+        )
+        print(_measure.table(results["text"], list(results["text"][0])))
     _measure.write_json(args.out, "statistics.json", results)
     return 0
 

@@ -57,6 +57,14 @@ def _tops(s: FeatureStatistics) -> str:
     return shown + more
 
 
+def _estimated(s: FeatureStatistics) -> str:
+    """How far `distinct` may be off: nothing when exact, its recorded bound, or "approx."
+    (metadata recorded before the bound was, or merged spans)."""
+    if s.distinct_exact:
+        return ""
+    return f" (±{s.distinct_error:.1%})" if s.distinct_error is not None else " (approx.)"
+
+
 def _shown(value) -> str:
     text = repr(value)
     return text if len(text) <= _VALUE_SHOWN else text[: _VALUE_SHOWN - 1] + "…"
@@ -90,7 +98,7 @@ def feature_rows(info: contract.DatasetInfo, stats) -> list:
             "std": _n(s.std),
         }
         if s.distinct is not None:
-            row["distinct"] = f"{s.distinct:,}" + ("" if s.distinct_exact else " (approx.)")
+            row["distinct"] = f"{s.distinct:,}" + _estimated(s)
             row["top values"] = _tops(s)
         if s.length is not None and s.min is None:
             row["min"], row["mean"], row["max"] = (_n(s.length.min), _n(s.length.mean), _n(s.length.max))

@@ -116,11 +116,17 @@ class FeatureStatistics:
     neg_inf: int | None = None  # of `inf`, the -inf values (None: recorded before it was counted)
     # text features, int64 features of up to 10,000 distinct values; bytes: `distinct` only
     distinct: int | None = None
-    distinct_exact: bool | None = None  # False: HyperLogLog estimate, within 2%
+    distinct_exact: bool | None = None  # False: an estimate (or, merged spans, a lower bound)
+    # An estimate's relative error bound at 99% confidence: |distinct - true count| is at
+    # most distinct_error * the true count. None: exact, or no bound recorded (before it was).
+    distinct_error: float | None = None
     top: tuple = ()  # ValueCount, most frequent first (ties: larger value first), up to 1,000
     # False: frequent-items estimates (no false positives), or a text value over 256 characters
     # stored cut (its first 255 and '…'): no vocabulary then
     top_exact: bool | None = None
+    # Estimated counts' bound: each `top` count is at least its true count and at most
+    # top_error above it (certain, not a probability). None: exact, or not recorded.
+    top_error: int | None = None
     length: Lengths | None = None  # text and bytes values
     list_length: Lengths | None = None  # list features
 
@@ -156,11 +162,13 @@ class FeatureStatistics:
         if unknown:
             raise ValueError(f"{where} has unknown key(s) {unknown}; known keys: {sorted(known)}")
         out = {key: _count(d, key, where, required=True) for key in ("count", "missing")}
-        for key in ("values", "zeros", "nan", "inf", "neg_inf", "distinct"):
+        for key in ("values", "zeros", "nan", "inf", "neg_inf", "distinct", "top_error"):
             out[key] = _count(d, key, where)
         for key in ("min", "max", "mean", "std"):
             if d.get(key) is not None:
                 out[key] = number_of(d[key], f"{where}.{key}", minimum=0 if key == "std" else None)
+        if d.get("distinct_error") is not None:
+            out["distinct_error"] = number_of(d["distinct_error"], f"{where}.distinct_error", finite=True, minimum=0)
         out["quantiles"] = _number_list(d.get("quantiles") or [], f"{where}.quantiles")
         for key in ("distinct_exact", "top_exact"):
             out[key] = _flag(d, key, where)

@@ -160,24 +160,21 @@ def test_statistics_per_split_and_overall_match_pandas(converted):
         assert blob.length.max == 9 and blob.mean is None
 
 
-def test_high_cardinality_text_is_estimated_within_two_percent(converted):
+def test_text_under_the_vocabulary_limit_is_counted_exactly_in_every_split(converted):
+    """30k distinct values: under the vocabulary's limit, so the statistics of every split
+    and of all of them count them exactly, as pandas does (a frequent-items sketch gave each
+    split's before; the sketched path is tested past the limit, below)."""
     table, path, ids = converted
     df = table.to_pandas()
-    # Over every split, the top values and distinct count are those of the exact counts the
-    # vocabulary was ranked from (30k values: under its limit): they were the sketch's too.
-    st = ingest.load_info(path).statistics.of(None)["ids"]
-    truth = df["ids"].value_counts()
-    assert st.distinct_exact and st.distinct == len(truth) and st.top_exact
-    assert [(t.value, t.count) for t in st.top] == _keras_order(truth)[: feature_stats.TOP_STORED]
-    for split in SPLITS:
-        rows = df.iloc[np.sort(ids[split])]
-        st = ingest.load_info(path).statistics.of(split)["ids"]
+    info = ingest.load_info(path)
+    for split in (*SPLITS, None):
+        rows = df if split is None else df.iloc[np.sort(ids[split])]
+        st = info.statistics.of(split)["ids"]
         truth = rows["ids"].value_counts()
-        assert not st.distinct_exact and st.distinct == pytest.approx(len(truth), rel=0.02)
-        assert not st.top_exact and st.vocabulary is None
+        assert st.distinct_exact and st.distinct == len(truth) and st.top_exact
+        assert (st.distinct_error, st.top_error) == (None, None)
+        assert [(t.value, t.count) for t in st.top] == _keras_order(truth)[: feature_stats.TOP_STORED]
         assert st.top[0].value == "hot"
-        # Frequent-items estimates: never below the true count, above it by at most N / 6000.
-        assert truth["hot"] <= st.top[0].count <= truth["hot"] + len(rows) / 6000
 
 
 @pytest.mark.slow
@@ -190,7 +187,7 @@ def test_two_worker_runner_merges_to_the_same_statistics(converted, tmp_path):
         a, b = one.of(split), other.of(split)
         for name in a:
             fa, fb = _fields(a[name]), _fields(b[name])
-            sampled = _SAMPLED | ({"distinct", "top"} if not fa["distinct_exact"] else set())
+            sampled = _SAMPLED | ({"distinct", "top", "top_error"} if not fa["distinct_exact"] else set())
             assert {k: v for k, v in fa.items() if k not in sampled} == {
                 k: v for k, v in fb.items() if k not in sampled
             }, name
@@ -214,7 +211,7 @@ def test_blocks_layout_gathers_the_same_statistics_in_its_commit(converted, tmp_
         assert sorted(a) == sorted(b)
         for name in a:
             fa, fb = _fields(a[name]), _fields(b[name])
-            sampled = _SAMPLED | ({"distinct", "top"} if not fa["distinct_exact"] else set())
+            sampled = _SAMPLED | ({"distinct", "top", "top_error"} if not fa["distinct_exact"] else set())
             assert {k: v for k, v in fa.items() if k not in sampled} == {
                 k: v for k, v in fb.items() if k not in sampled
             }, (split, name)
@@ -339,7 +336,9 @@ def test_quantiles_hold_their_rank_bound_on_skewed_data_split_in_uneven_parts():
 
 
 def test_counts_switch_to_sketches_when_merged_past_the_exact_limit():
-    limit = feature_stats.EXACT_VALUES
+    from ingest import contract
+
+    limit = contract.VOCABULARY_LIMIT  # text's: as many as a vocabulary holds
     halves = [np.array([f"v{i}" for i in range(k * limit // 2 + k, (k + 2) * limit // 2 + k)], object) for k in (0, 1)]
     acc = feature_stats.FeatureStats("bytes", "text", False)
     for h in halves:  # each bundle alone stays exact; together they do not
@@ -349,35 +348,33 @@ def test_counts_switch_to_sketches_when_merged_past_the_exact_limit():
         acc.merge(piece)
     got = acc.to_json()
     truth = len(set(halves[0]) | set(halves[1]))
-    assert not got["distinct_exact"] and got["distinct"] == pytest.approx(truth, rel=0.02)
+    assert not got["distinct_exact"] and abs(got["distinct"] - truth) <= got["distinct_error"] * truth
 
 
-def test_sketched_text_is_each_chunks_distinct_values_in_first_use_order_bad_utf8_replaced():
-    import datasketches
-    import pyarrow.compute as pc
+def test_sketched_text_holds_its_recorded_bounds_bad_utf8_replaced():
+    """Past the exact counts, `distinct` is within `distinct_error` of the true count, each
+    top count within `top_error` above its own, and no value more frequent than twice that
+    is left out (Misra-Gries), the truth counted by collections.Counter."""
+    from collections import Counter
 
     rng = np.random.default_rng(4)
     chunks = []
     for k in range(4):
-        values = [b"id-%d" % x for x in rng.integers(0, 10**6, 6_000)] + [b"w%d" % (k % 3)] * 500
-        values += [b"\xff\xfe%d" % k] * 300 if k == 2 else []  # not UTF-8: sketched as decoded with U+FFFD
+        # ~160k distinct ids in all: past the exact counts (2**17) after the fourth chunk
+        values = [b"id-%d" % x for x in rng.integers(0, 10**7, 40_000)] + [b"w%d" % (k % 3)] * 500
+        values += [b"\xff\xfe%d" % k] * 300 if k == 0 else []  # not UTF-8: decoded with U+FFFD
         chunks.append(pa.array(values, pa.large_binary()))
     acc = feature_stats.FeatureStats("bytes", "text", False)
     for i, chunk in enumerate(chunks):
         acc.add(chunk, feature_stats.chunk_keys(len(chunk), [i]))
-    # The same sketches, fed one value at a time: the first two chunks' exact counts, then
-    # each chunk's distinct values.
-    hll = datasketches.hll_sketch(feature_stats._HLL_LG_K)
-    frequent = datasketches.frequent_strings_sketch(feature_stats._FREQUENT_LG_MAX)
-    exact = pc.value_counts(pa.concat_arrays(chunks[:2]))
-    parts = [exact] + [pc.value_counts(c) for c in chunks[2:]]
-    for part in parts:
-        for v, c in zip(part.field(0).to_pylist(), part.field(1).to_pylist()):
-            hll.update(v.decode("utf-8", "replace"))
-            frequent.update(v.decode("utf-8", "replace"), c)
-    assert acc.counts.hll.get_estimate() == hll.get_estimate()
-    assert acc.counts.frequent.serialize() == frequent.serialize()
-    assert any(t["value"].startswith("\ufffd") for t in acc.to_json()["top"])
+    got = acc.to_json()
+    truth = Counter(v.decode("utf-8", "replace") for c in chunks for v in c.to_pylist())
+    assert not got["distinct_exact"] and not got["top_exact"]
+    assert abs(got["distinct"] - len(truth)) <= got["distinct_error"] * len(truth)
+    top = {t["value"]: t["count"] for t in got["top"]}
+    assert all(truth[v] <= c <= truth[v] + got["top_error"] for v, c in top.items()), got["top_error"]
+    assert {v for v, c in truth.items() if c > 2 * got["top_error"]} <= set(top)
+    assert "\ufffd\ufffd0" in top and top["w0"] >= 1000
 
 
 def test_binary_values_are_counted_by_digest_past_the_exact_limit():
@@ -493,7 +490,7 @@ def test_value_counts_add_up_across_many_parts():
 
     rng = np.random.default_rng(11)
     parts = [rng.choice(np.array([f"w{i}" for i in range(900)]), int(n)) for n in rng.integers(1, 4_000, 40)]
-    counts = feature_stats._Counts(sketch_beyond=True)
+    counts = feature_stats._Counts("text")
     for p in parts:  # more than EXACT_VALUES distinct-per-part rows: compacted on the way
         counts.add(pa.array(p, pa.large_string()))
     got = {t["value"]: t["count"] for t in counts.result(text=True)["top"]}
@@ -526,10 +523,12 @@ def test_long_text_values_are_stored_and_described_cut_not_whole(tmp):
     assert cli.main(["describe", str(tmp / "ds")]) == 0
     # Past the exact counts, the frequent-items sketch's values are cut too.
     acc = feature_stats.FeatureStats("bytes", "text", False)
-    values = [f"{i:05d}".encode() * 100 for i in range(feature_stats.EXACT_VALUES + 1)] + [b"x" * 1000] * 50
+    from ingest import contract
+
+    values = [b"%06d" % i for i in range(contract.VOCABULARY_LIMIT + 1)] + [c * 1000 for c in (b"x", b"y")] * 50
     acc.add(pa.array(values, pa.large_binary()), feature_stats.chunk_keys(len(values), [0]))
     got = acc.to_json()
-    assert not got["distinct_exact"] and got["top"][0]["value"] == "x" * (cap - 1) + "…"
+    assert not got["distinct_exact"] and [t["value"] for t in got["top"]] == [c * (cap - 1) + "…" for c in "yx"]
     assert all(len(t["value"]) <= cap for t in got["top"])
 
 
@@ -650,3 +649,102 @@ def test_every_statistics_field_is_type_checked_on_load_naming_file_feature_and_
         ingest.DatasetInfoError, match=r"broken/dataset_info\.json .*metadata\.statistics\.overall" + message
     ):
         ingest.load_info(str(broken))
+
+
+@pytest.mark.parametrize("classes", [feature_stats.EXACT_VALUES, feature_stats.EXACT_VALUES + 1])
+def test_a_text_labels_classes_stop_at_the_exact_values_limit_not_the_vocabularys(classes):
+    """Text is counted exactly up to the vocabulary's 2**17 values, but a label records its
+    classes up to EXACT_VALUES only, as before: past them, none (and a warning)."""
+    from beam_jobs.stats.conversion import ConversionStats
+
+    stats = ConversionStats()
+    values = pa.array([b"c%05d" % i for i in range(classes)] * 2, pa.large_binary())
+    split_of = np.arange(len(values)) % 2  # both splits hold every class
+    stats.add_statistics(
+        [("y", "bytes", values)], {"y": "text"}, split_of, SPLITS, feature_stats.chunk_keys(len(values), [0])
+    )
+    got = stats.distinct_values("y")
+    assert got is None if classes > feature_stats.EXACT_VALUES else sorted(got) == [f"c{i:05d}" for i in range(classes)]
+    assert stats.statistics_json(SPLITS)["overall"]["y"]["distinct"] == classes  # counted exactly all the same
+
+
+# --- past the exact counts, in a conversion ---------------------------------------------------
+
+
+def _urls(rows: int, seed: int) -> pa.Table:
+    """URLs that rarely repeat (past the 2**17 values counted exactly), two of them frequent."""
+    rng = np.random.default_rng(seed)
+    url = np.char.add("https://shop.example.com/p/", rng.integers(0, 10**9, rows).astype(str)).astype(object)
+    share = rng.random(rows)
+    url[share < 0.05] = "https://shop.example.com/"
+    url[(share >= 0.05) & (share < 0.06)] = "https://shop.example.com/cart"
+    return pa.table({"url": pa.array(url, pa.string()), "word": pa.array(rng.choice(["a", "b", "c"], rows))})
+
+
+@pytest.fixture(scope="module")
+def sketched(tmp_path_factory):
+    """Two files: the first passes the exact counts within its bundle, the second only in the merge."""
+    root = tmp_path_factory.mktemp("sketched")
+    table = _urls(220_000, 6)
+    os.makedirs(root / "in")
+    pq.write_table(table.slice(0, 170_000), root / "in" / "a.parquet")
+    pq.write_table(table.slice(170_000), root / "in" / "b.parquet")
+    run_convert("--source", "parquet", "--input", root / "in" / "*.parquet", "--output", root / "ds")
+    return table, str(root / "ds")
+
+
+def test_text_past_the_vocabulary_limit_is_estimated_within_its_recorded_bounds(sketched):
+    from collections import Counter
+
+    from beam_jobs.stats import sketches
+    from ingest import contract
+
+    table, path = sketched
+    truth = Counter(table.column("url").to_pylist())
+    assert len(truth) > contract.VOCABULARY_LIMIT
+    st = ingest.load_info(path).statistics
+    for url in (st.feature("url"), *(features["url"] for features in st.splits.values())):  # one split: the same rows
+        assert not url.distinct_exact and url.distinct_error == sketches.DISTINCT_ERROR
+        assert abs(url.distinct - len(truth)) <= url.distinct_error * len(truth)
+        assert not url.top_exact and 0 < url.top_error <= table.num_rows / (sketches.FREQUENT_K + 1)
+        top = {t.value: t.count for t in url.top}
+        assert all(truth[v] <= c <= truth[v] + url.top_error for v, c in top.items()), url.top_error
+        assert {v for v, c in truth.items() if c > 2 * url.top_error} <= set(top)
+        assert list(top)[:2] == ["https://shop.example.com/", "https://shop.example.com/cart"]
+    word = st.feature("word")  # beside it, exact counts stay exact, with no bound
+    want = Counter(table.column("word").to_pylist())
+    assert [(t.value, t.count) for t in word.top] == sorted(want.items(), key=lambda vc: (vc[1], vc[0]), reverse=True)
+    assert word.distinct_exact and (word.distinct_error, word.top_error) == (None, None)
+
+
+def test_describe_compare_and_merge_read_metadata_with_and_without_the_error_bounds(sketched, tmp_path, capsys):
+    """Metadata recorded before `distinct_error` and `top_error` existed loads, describes,
+    compares and merges as the new does: the bounds alone are missing."""
+    import dataclasses
+
+    from ingest import statistics
+
+    _, path = sketched
+    old = tmp_path / "old"
+    shutil.copytree(path, old)
+    meta = json.loads((old / "dataset_info.json").read_text())
+    for features in (meta["statistics"]["overall"], *meta["statistics"]["splits"].values()):
+        for f in features.values():
+            f.pop("distinct_error", None)
+            f.pop("top_error", None)
+    (old / "dataset_info.json").write_text(json.dumps(meta))
+    new_url, old_url = (ingest.load_info(str(p)).statistics.feature("url") for p in (path, old))
+    assert new_url.distinct_error is not None and new_url.top_error is not None
+    assert (old_url.distinct_error, old_url.top_error) == (None, None)
+    assert dataclasses.replace(new_url, distinct_error=None, top_error=None) == old_url
+    rows = {}
+    for p in (path, old):
+        capsys.readouterr()
+        assert cli.main(["describe", str(p)]) == 0
+        rows[p] = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| url |"))
+    assert f"{new_url.distinct:,} (±2.0%)" in rows[path] and f"{new_url.distinct:,} (approx.)" in rows[old]
+    for a, b in ((path, old), (old, path)):  # the same statistics either way: no drift
+        assert cli.main(["compare", str(a), str(b)]) == 0, capsys.readouterr().out
+    merged = statistics.merge([ingest.load_info(str(p)).statistics for p in (path, old)]).feature("url")
+    assert not merged.distinct_exact and merged.distinct_error is None  # a merge proves no bound
+    assert merged.count == 2 * new_url.count

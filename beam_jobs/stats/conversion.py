@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from beam_jobs.stats.features import FeatureStats, add_numbers_together, share_keys
+from beam_jobs.stats.features import EXACT_VALUES, FeatureStats, add_numbers_together, share_keys
 
 __all__ = ["ConversionStats"]
 
@@ -155,15 +155,16 @@ class ConversionStats:
 
     def distinct_values(self, name: str) -> list | None:
         """Every distinct value of feature `name` over all splits, as text, where they were
-        counted exactly (up to EXACT_VALUES); None otherwise. The metadata's statistics keep
-        only the TOP_STORED most frequent: a label's classes need them all."""
+        counted exactly and are at most EXACT_VALUES (a label's classes); None otherwise.
+        The metadata's statistics keep only the TOP_STORED most frequent: a label's classes
+        need them all."""
         per_split = [features[name] for features in self.statistics.values() if name in features]
         if not per_split or per_split[0].counts is None:
             return None
         total = FeatureStats.like(per_split[0])
         for stats in per_split:
             total.merge(stats)
-        return total.counts.exact_values()
+        return total.counts.exact_values(EXACT_VALUES)
 
     def statistics_json(self, split_names) -> dict:
         """{"overall": {feature: {...}}, "splits": {split: {feature: {...}}}} for the metadata."""

@@ -7,11 +7,14 @@ One `FeatureStats` per feature and split; each bundle fills its own and Beam mer
     numbers    count, mean and M2 merged by Chan's parallel update (population std),
                exact min/max (infinities included)/zeros/nan/inf/neg_inf, quantiles of
                the finite values from a uniform sample
-    text, int  value counts: exact up to EXACT_VALUES distinct values; beyond, text goes to
-               DataSketches (HLL for `distinct`, frequent items for `top`) and an int
-               feature is treated as a number only (no vocabulary to learn)
-    bytes      lengths (min/max/mean) and `distinct` (counted by 64-bit digest); list
-               features also get list lengths
+    text       value counts: exact up to VOCABULARY_LIMIT (2**17) distinct values, as the
+               vocabulary counts them; beyond, a batched distinct-count sketch and
+               Misra-Gries counters for `top` (`stats.sketches`), with their error bounds
+               (`distinct_error`, `top_error`)
+    int        value counts: exact up to EXACT_VALUES distinct values; beyond, the feature is
+               treated as a number only (no vocabulary to learn)
+    bytes      lengths (min/max/mean) and `distinct` (counted by 64-bit digest, exactly up
+               to EXACT_VALUES, then sketched); list features also get list lengths
 
 Why a sample and not a KLL sketch for quantiles: the conversion runs at ~500k rows/s and
 the statistics may cost 10% of it; `kll_doubles_sketch.update` takes ~35 ms per million
@@ -22,13 +25,15 @@ a threshold sample only compares each value's random key with a threshold
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import hashlib
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from beam_jobs.stats import sketches
+from ingest import contract
 
 __all__ = [
     "FeatureStats",
@@ -47,16 +52,20 @@ QUANTILES = 101  # every percentile: first = min, last = max
 # A uniform sample of at least this many values has a rank error under 1% at each
 # quantile with 99% confidence (2.58 * 0.5 / sqrt(32768) = 0.71%); it holds up to twice as many.
 SAMPLE_SIZE = 32_768
-# Distinct values counted exactly per feature and split; vocabularies up to this size are
-# exact (Keras lookups built from them equal `adapt()`'s).
+# Distinct values counted exactly per int64 or bytes feature and split, and the most
+# classes a text label records (text features are counted up to contract.VOCABULARY_LIMIT).
 EXACT_VALUES = 10_000
+# Values held past the exact counts before they are hashed into the sketches, as one array:
+# each numpy call releases the GIL and, beside a busy Python thread, takes it back only
+# after up to sys.getswitchinterval() (5 ms). Beside one, 200k distinct values of a column
+# took 1.6 s hashed 32k at a time, 0.37 s at 128k (DataSketches' call per value: 0.25 s,
+# holding the GIL, so that the busy thread ran at 51% of its speed; here at 81%).
+_SKETCH_ROWS = 1 << 17
 TOP_STORED = 1_000  # most frequent values written to the metadata (the whole vocabulary when it fits)
 # A text value longer than this is stored in `top` cut to this many characters, the last
 # one '…' (1,000 values of 100 KB made a 40 MB dataset_info.json); its top is then not
 # exact (`top_exact` false), so no vocabulary is built of cut values.
 TOP_VALUE_CHARS = 256
-_HLL_LG_K = 14  # relative standard error 0.8%, so `distinct` is within 2% at ~2.5 sigma
-_FREQUENT_LG_MAX = 13  # frequent-items map of 8192 slots: top counts within ~N/6000
 
 
 def kind_of(dtype: str, text: bool) -> str:
@@ -254,26 +263,42 @@ def cut_long_values(top: list) -> tuple:
 
 
 class _Counts:
-    """Value counts: exact (Arrow arrays, compacted lazily) until EXACT_VALUES distinct values.
+    """Value counts: exact (Arrow arrays, compacted lazily) up to `limit` distinct values.
 
-    Past that, text values go to DataSketches sketches and numbers stop being counted.
+    kind  "text"    exact up to VOCABULARY_LIMIT, the vocabulary's own limit: a feature with a
+                    vocabulary takes `distinct` and `top` from exact counts in every split, with
+                    no sketch; past it, `sketches.Distinct` and `sketches.Frequent`
+          "binary"  64-bit digests, exact up to EXACT_VALUES; past it, `sketches.Distinct`
+          "number"  an int64 feature, exact up to EXACT_VALUES; past it, no counts at all
+                    (a measure, not a category)
+
+    The sketches take a chunk's hashes at a time (`sketches.hash64`), no Python call per value.
     """
 
-    def __init__(self, sketch_beyond: bool):
-        self.sketch_beyond = sketch_beyond
+    def __init__(self, kind: str):
+        self.kind = kind
+        self.limit = contract.VOCABULARY_LIMIT if kind == "text" else EXACT_VALUES
         self.pending: list = []  # [(values, counts)] not yet compacted
         self.pending_rows = 0
         self.values = None  # pa.Array of distinct values, after compaction
         self.counts = np.empty(0, np.int64)
-        self.hll = self.frequent = None  # the sketches, once exact counting overflowed
+        self.distinct = self.frequent = None  # the sketches, once exact counting overflowed
+        self.unsketched: list = []  # past the limit: chunks not yet in the sketches
+        self.unsketched_rows = 0
         self.dropped = False  # a number feature with too many values
 
     def add(self, arr: pa.Array) -> None:
         if self.dropped or not len(arr):
             return
+        if self.distinct is not None:  # past the limit: no exact counts (value_counts) any more
+            self.unsketched.append(arr)
+            self.unsketched_rows += len(arr)
+            if self.unsketched_rows >= _SKETCH_ROWS:
+                self._flush()
+            return
         if pa.types.is_integer(arr.type):
             values, counts = _int_counts(arr.to_numpy(zero_copy_only=False))
-            if len(values) > EXACT_VALUES and not self.sketch_beyond:  # a measure, not a category
+            if len(values) > self.limit and self.kind == "number":
                 self._drop()
                 return
             self._add_counts(pa.array(values), counts)
@@ -282,67 +307,72 @@ class _Counts:
         self._add_counts(vc.field(0), vc.field(1).to_numpy().astype(np.int64))
 
     def _add_counts(self, values: pa.Array, counts: np.ndarray) -> None:
-        if self.hll is not None:
+        if self.distinct is not None:
             self._sketch(values, counts)
             return
         self.pending.append((values, counts))
         self.pending_rows += len(values)
-        if self.pending_rows > EXACT_VALUES:
+        if self.pending_rows > self.limit:
             self._compact()
 
+    def _flush(self) -> None:
+        """The chunks held past the limit into the sketches, as one array."""
+        if not self.unsketched:
+            return
+        arr = pa.concat_arrays(self.unsketched)
+        self.unsketched, self.unsketched_rows = [], 0
+        hashes = _hashes(arr)
+        self.distinct.add(hashes)
+        if self.frequent is not None:
+            self.frequent.add(arr, hashes)
+
     def _compact(self) -> None:
+        self._flush()
         if not self.pending:
             return
         parts = [(self.values, self.counts)] if self.values is not None else []
         parts += self.pending
         self.pending, self.pending_rows = [], 0
         values, counts = _summed(pa.concat_arrays([v for v, _ in parts]), np.concatenate([c for _, c in parts]))
-        if len(values) <= EXACT_VALUES:
+        if len(values) <= self.limit:
             self.values, self.counts = values, counts
-        elif self.sketch_beyond:
-            self._to_sketches(values, counts)
-        else:
+        elif self.kind == "number":
             self._drop()
+        else:
+            self._to_sketches(values, counts)
 
     def _drop(self) -> None:
         """No counts: a number feature with too many values."""
-        self.__init__(self.sketch_beyond)
+        self.__init__(self.kind)
         self.dropped = True
 
     def _to_sketches(self, values: pa.Array | None, counts: np.ndarray) -> None:
         """From exact counts (these, which may be None) to the sketches."""
-        import datasketches
-
         self.values, self.counts = None, np.empty(0, np.int64)
-        self.hll = datasketches.hll_sketch(_HLL_LG_K)
-        self.frequent = datasketches.frequent_strings_sketch(_FREQUENT_LG_MAX)
+        self.distinct = sketches.Distinct()
+        self.frequent = sketches.Frequent() if self.kind == "text" else None
         if values is not None:
             self._sketch(values, counts)
 
     def _sketch(self, values: pa.Array, counts: np.ndarray) -> None:
-        # Each sketch sees the values in the same order as one loop over both gave them
-        # (same estimates), but map() calls the updates without a Python frame per value:
-        # 2.5M distinct values cost 0.55 s instead of 0.8 s, in a thread that holds the GIL.
-        texts = _as_text(values)
-        collections.deque(map(self.hll.update, texts), maxlen=0)
-        collections.deque(map(self.frequent.update, texts, counts.tolist()), maxlen=0)
+        """Distinct values and their counts into the sketches."""
+        hashes = _hashes(values)
+        self.distinct.add(hashes, distinct=True)
+        if self.frequent is not None:
+            self.frequent.add(values, hashes, counts, distinct=True)
 
     def merge(self, other: "_Counts") -> None:
         if self.dropped or other.dropped:
             self._drop()
             return
         other._compact()
-        if other.hll is not None:
-            if self.hll is None:
+        if other.distinct is not None:
+            if self.distinct is None:
                 self._compact()
                 self._to_sketches(self.values, self.counts)
-            import datasketches
-
-            union = datasketches.hll_union(_HLL_LG_K)
-            union.update(self.hll)
-            union.update(other.hll)
-            self.hll = union.get_result()
-            self.frequent.merge(other.frequent)
+            self.distinct.merge(other.distinct)
+            if self.frequent is not None:
+                self.frequent.merge(other.frequent)
         elif other.values is not None:
             self._add_counts(other.values, other.counts)
 
@@ -350,47 +380,50 @@ class _Counts:
         if self.dropped:
             return {}
         self._compact()
-        if self.hll is not None:
-            import datasketches
-
-            items = self.frequent.get_frequent_items(datasketches.frequent_items_error_type.NO_FALSE_POSITIVES)
-            top, _ = cut_long_values([{"value": v, "count": int(est)} for v, est, _, _ in items[:TOP_STORED]])
-            distinct = int(round(self.hll.get_estimate()))
-            return {"distinct": distinct, "distinct_exact": False, "top": top, "top_exact": False}
+        if self.distinct is not None:
+            estimate = {
+                "distinct": self.distinct.estimate(),
+                "distinct_exact": False,
+                "distinct_error": sketches.DISTINCT_ERROR,
+            }
+            if self.frequent is None:
+                return estimate
+            items = self.frequent.most_frequent()[:TOP_STORED]
+            texts = _as_text(pa.array([v for v, _ in items], pa.large_binary()))
+            top, _ = cut_long_values([{"value": v, "count": c} for v, (_, c) in zip(texts, items)])
+            return estimate | {"top": top, "top_exact": False, "top_error": self.frequent.error}
         if self.values is None:
             return {"distinct": 0, "distinct_exact": True, "top": [], "top_exact": True}
-        raw = self.values.to_pylist()
-        counts = self.counts.tolist()
         # Keras' lookup order: most frequent first, ties by the value (bytes), larger first.
-        order = sorted(range(len(raw)), key=lambda i: (counts[i], raw[i]), reverse=True)[:TOP_STORED]
-        values = _as_text(self.values) if text else raw
-        top, cut = cut_long_values([{"value": values[i], "count": counts[i]} for i in order])
-        return {"distinct": len(raw), "distinct_exact": True, "top": top, "top_exact": not cut}
+        # Sorted by Arrow: 2**17 values took 0.011 s, 0.10-0.15 s sorted in Python.
+        table = pa.table({"count": self.counts, "value": self.values})
+        order = pc.sort_indices(table, sort_keys=[("count", "descending"), ("value", "descending")])[:TOP_STORED]
+        shown = self.values.take(order)
+        values = _as_text(shown) if text else shown.to_pylist()
+        counts = self.counts[order.to_numpy()].tolist()
+        top, cut = cut_long_values([{"value": v, "count": c} for v, c in zip(values, counts)])
+        return {"distinct": len(self.values), "distinct_exact": True, "top": top, "top_exact": not cut}
 
-    def exact_values(self) -> list | None:
-        """Every distinct value, as text, while they are counted exactly (beyond TOP_STORED,
-        which the metadata's `top` keeps); None once sketched or dropped."""
+    def __getstate__(self):
+        self._compact()  # summed counts and filled sketches, not the chunks they came from
+        return dict(self.__dict__)
+
+    def exact_values(self, limit: int) -> list | None:
+        """Every distinct value, as text, while they are counted exactly and are at most
+        `limit` (beyond TOP_STORED, which the metadata's `top` keeps); None otherwise."""
         if self.dropped:
             return None
         self._compact()
-        if self.hll is not None:
+        if self.distinct is not None or (self.values is not None and len(self.values) > limit):
             return None
         return [] if self.values is None else _as_text(self.values)
 
-    def __getstate__(self):
-        self._compact()
-        d = dict(self.__dict__)
-        if self.hll is not None:
-            d["hll"], d["frequent"] = self.hll.serialize_compact(), self.frequent.serialize()
-        return d
 
-    def __setstate__(self, d):
-        self.__dict__.update(d)
-        if isinstance(self.hll, bytes):
-            import datasketches
-
-            self.hll = datasketches.hll_sketch.deserialize(self.hll)
-            self.frequent = datasketches.frequent_strings_sketch.deserialize(self.frequent)
+def _hashes(values: pa.Array) -> np.ndarray:
+    """The sketches' 64-bit hash of each value: binary features' digests are hashes already."""
+    if pa.types.is_integer(values.type):
+        return values.to_numpy(zero_copy_only=False).view(np.uint64)
+    return sketches.hash64(values)
 
 
 def _summed(values: pa.Array, counts: np.ndarray) -> tuple:
@@ -530,7 +563,7 @@ class FeatureStats:
         self.neg_inf = 0  # of `inf`: min is -inf when there is one, max +inf when `inf` has more
         self.sample = _Sample() if kind == "number" else None
         # Binary values are counted by digest: `distinct` only, no `top` of raw bytes.
-        self.counts = _Counts(sketch_beyond=kind != "number") if kind != "number" or dtype == "int64" else None
+        self.counts = _Counts(kind) if kind != "number" or dtype == "int64" else None
         self.lengths = _Lengths() if kind != "number" else None
         self.list_lengths = _Lengths() if is_list else None
 
@@ -631,6 +664,6 @@ class FeatureStats:
         if self.counts is not None:
             counts = self.counts.result(text=self.kind == "text")
             if self.kind == "binary":
-                counts = {"distinct": counts["distinct"], "distinct_exact": counts["distinct_exact"]}
+                counts = {k: v for k, v in counts.items() if k.startswith("distinct")}
             out.update(counts)
         return out

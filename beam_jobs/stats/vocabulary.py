@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["Counts", "count_chunk", "ids_of", "lookup_of", "ranked", "top_counts"]
+__all__ = ["Counts", "count_chunk", "ids_of", "lookup_of", "ranked"]
 
 _VALUE, _COUNT = "value", "count"
 
@@ -141,15 +141,6 @@ def ranked(table, limit: int, carried: tuple = ()) -> tuple:
     if len(carried) + len(new) > limit:
         return tuple(carried), f"{len(new):,} new values would pass the limit of {limit:,}: they are out of vocabulary"
     return tuple(carried) + tuple(new), ""
-
-
-def top_counts(table, n: int) -> list:
-    """The `n` most frequent values of a feature's exact counts, as the statistics' `top`
-    records them ([{"value": str, "count": int}], ties: the larger value first)."""
-    order = pc.sort_indices(table, sort_keys=[(_COUNT, "descending"), (_VALUE, "descending")])[:n]
-    values = table.column(_VALUE).take(order).to_pylist()
-    counts = table.column(_COUNT).take(order).to_pylist()
-    return [{"value": v.decode("utf-8", "surrogateescape"), "count": int(c)} for v, c in zip(values, counts)]
 
 
 def lookup_of(vocabulary: pa.Array) -> dict:
