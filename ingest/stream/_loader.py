@@ -92,11 +92,7 @@ def loader(
             pinned memory and sent with `non_blocking=True` by the feeder thread, so the
             copy overlaps the step), or a JAX device or sharding (`jax.device_put`). None:
             host memory.
-        prefetch: batches made ready ahead of the one the caller takes, rounded up to
-            whole groups: batches are made and handed over in groups of consecutive
-            batches of about 16,384 rows when batches are of up to 1024 rows (64 batches of
-            256 rows), so that the caller's thread is woken once a group, not once a batch;
-            larger batches one by one.
+        prefetch: batches made ready ahead of the caller's (of <= 1024 rows: whole groups of ~16k rows).
 
     Processes:
         processes: worker processes making the stream; each imports TensorFlow once (a
