@@ -78,7 +78,11 @@ def test_a_keras_step_is_timed_on_free_input_and_laid_on_the_timeline():
     # Input 4x the step's time and 10 ms more: idle ~0.8. At 2x and 5 ms (idle ~0.65) a busy
     # machine read 0.45 once, its steps then slower than the free-input timing.
     slow = sleep_each(tf.data.Dataset.from_tensor_slices((x, y)).batch(32), 4000 * step + 10).repeat()
-    idle = [ingest.measure_train_step(model, slow, steps=30, warmup_steps=3).idle_fraction for _ in range(2)]
+    idle = []
+    for _ in range(2):  # a second try only when the first fell short
+        idle.append(ingest.measure_train_step(model, slow, steps=30, warmup_steps=3).idle_fraction)
+        if idle[-1] > 0.5:
+            break
     assert max(idle) > 0.5, idle
     assert all(np.array_equal(w.numpy(), before) for w, before in zip(model.weights, weights))  # put back
 

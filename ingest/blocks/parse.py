@@ -173,15 +173,16 @@ def _local_codes(coded: Sequence[contract.FeatureSpec], parsed: Mapping, diction
     # process (5 text columns: a third of make_dataset's build).
     return tf.cond(
         tf.reduce_any(tf.logical_and(tf.equal(have, 0), sizes > 0)),
-        lambda: _with_implied_codes([codes[n] for n in names], have, sizes, names),
+        lambda: _with_implied_codes(codes, have, sizes),
         lambda: dict(codes),
     )
 
 
-def _with_implied_codes(columns: list, have: tf.Tensor, sizes: tf.Tensor, names: list) -> dict:
+def _with_implied_codes(codes_of: Mapping, have: tf.Tensor, sizes: tf.Tensor) -> dict:
     """Each block's codes, 0 ... n-1 for a block of n dictionary values that has none.
 
-    The columns' blocks one after another, made by dense ops once for all (each value's
+    `have` and `sizes` are each column's blocks' code and dictionary counts, the columns in
+    `codes_of`'s order one after another. All columns at once, by dense ops (each value's
     block, its place in it, one gather), not a ragged concat of a ragged range a column:
     5 text columns' branch held 350 ops made a column at a time.
     """
@@ -189,18 +190,18 @@ def _with_implied_codes(columns: list, have: tf.Tensor, sizes: tf.Tensor, names:
     block = _segment_ids(splits, splits[-1])
     place = tf.range(splits[-1]) - tf.gather(splits, block)
     given = tf.gather(have, block) > 0
-    codes = tf.concat([c.values for c in columns] + [tf.zeros([1], tf.int64)], 0)
+    codes = tf.concat([c.values for c in codes_of.values()] + [tf.zeros([1], tf.int64)], 0)
     # Where the given codes start: each block's start among all columns' codes. The implied
     # places gather the 0 put after them (there may be no codes at all).
     starts = tf.cumsum(have, exclusive=True)
     at = tf.where(given, tf.gather(starts, block) + place, tf.size(codes, out_type=tf.int64) - 1)
     values = tf.where(given, tf.gather(codes, at), place)
-    blocks = tf.size(have) // len(columns)
-    lengths = tf.reshape(splits[1:] - splits[:-1], [len(columns), blocks])
-    parts = tf.split(values, tf.reduce_sum(lengths, 1), num=len(columns))
+    columns = len(codes_of)
+    lengths = tf.reshape(splits[1:] - splits[:-1], [columns, tf.size(have) // columns])
+    parts = tf.split(values, tf.reduce_sum(lengths, 1), num=columns)
     return {
         name: tf.RaggedTensor.from_row_lengths(part, lengths[i], validate=False)
-        for i, (name, part) in enumerate(zip(names, parts))
+        for i, (name, part) in enumerate(zip(codes_of, parts))
     }
 
 
