@@ -64,8 +64,8 @@ def _made(path: str, batch_size: int, text: str, window_slice=None):
         pipeline_id=0,
     )
     with own_functions():
-        ds = seekable.seekable_block_batches(req, index)
-        ds = _dataset._finished(ds, req, int(index.rows.sum()), symbolic_checkpoint=True)
+        ds, resume = seekable.positioned_block_batches(req, index)
+        ds = _dataset._finished(ds, req, int(index.rows.sum()), seekable=True, resume=resume)
     ds.window_rows = seekable.window_rows(req.info.block_rows, len(index), batch_size)
     return ds
 

@@ -265,7 +265,7 @@ def _dataset_of(req: Request) -> tf.data.Dataset:
             # Canonical partitions deal the whole split's blocks: every shard's offsets.
             index = block_index.index_split(req.path, req.split, req.info.block_rows, content=content)
             ds, rows = canonical.canonical_batches(req, index)
-            return _finished(ds, req, rows, symbolic_checkpoint=True)
+            return _finished(ds, req, rows, seekable=True)
         # Only this pipeline's shards are opened for their offsets (all, with fewer shards than pipelines).
         index = block_index.pipeline_index(
             req.path,
@@ -275,8 +275,13 @@ def _dataset_of(req: Request) -> tf.data.Dataset:
             num_pipelines=req.num_pipelines,
             pipeline_id=req.pipeline_id,
         )
-        ds = seekable_order.seekable_block_batches(req, index)
-        return _finished(ds, req, int(index.rows.sum()), symbolic_checkpoint=True)
+        if req.options.symbolic_checkpoint:
+            ds, resume = seekable_order.seekable_block_batches(req, index), None
+        else:
+            # Iterators checkpoint their position (ingest._restore): tf.data's symbolic
+            # checkpoints cost a third to a half of the rate (BENCHMARKS.md, #45).
+            ds, resume = seekable_order.positioned_block_batches(req, index)
+        return _finished(ds, req, int(index.rows.sum()), seekable=True, resume=resume)
     column_cache = target == "memory" and req.info.layout == "blocks" and req.service is None
     # Blocks come located (shard, position, rows by the metadata) for the window parse to
     # check; not when skipping corrupt records (a skipped block shifts the positions after
@@ -348,20 +353,35 @@ def _cache_target(req: Request, plan: _tuning.FileShards) -> str | None:
 
 
 def _finished(
-    ds: tf.data.Dataset, req: Request, rows: int | None, *, symbolic_checkpoint: bool = False
+    ds: tf.data.Dataset, req: Request, rows: int | None, *, seekable: bool = False, resume=None
 ) -> tf.data.Dataset:
     """Batches -> what the trainer iterates: counted, preprocessed, served, prefetched, tuned.
 
-    `rows`: what this pipeline reads per epoch, when known.
+    `rows`: what this pipeline reads per epoch, when known. `seekable`: the seekable order's
+    graph; with `resume` (an _restore.Resume) its iterators checkpoint their position.
     """
-    opts = req.options
+    if req.preprocess is not None and req.deterministic is False:
+        resume = None  # batches out of order: a count of them is no position
     # A start_batch read from a variable is known only when an iterator is made: the
     # count of what remains is then unknown to the graph.
     static_start = req.start_batch is None or isinstance(req.start_batch, int)
+    counted = ds
     if req.num_epochs is not None and req.checks_counts and rows is not None and static_start:
         total = rows * req.num_epochs
         batches = _tuning.batches(total, req.batch_size, drop_remainder=req.drop_remainder)
-        ds = ds.apply(tf.data.experimental.assert_cardinality(max(batches - (req.start_batch or 0), 0)))
+        counted = ds.apply(tf.data.experimental.assert_cardinality(max(batches - (req.start_batch or 0), 0)))
+    done = _served(counted, req, rows, seekable=seekable, resume=resume)
+    if not seekable:
+        return done
+    # The seekable order checks a restored checkpoint: its iterators say why one is refused
+    # in a line. A restored iterator resumes mid-stream, where the count would fail: it is
+    # made over the same stages without it.
+    return _restore.restorable(done, resume, restart=lambda: _served(ds, req, rows, seekable=True, resume=resume))
+
+
+def _served(ds: tf.data.Dataset, req: Request, rows: int | None, *, seekable: bool, resume) -> tf.data.Dataset:
+    """_finished's stages after the count: preprocessed, served, prefetched, tuned."""
+    opts = req.options
     if req.preprocess is not None:
         with own_functions(False):  # the user's function may use resources on any device
             ds = ds.map(
@@ -388,12 +408,10 @@ def _finished(
             expected_records=rows * req.num_epochs if whole and rows is not None else None,
         )
     ds = ds.prefetch(opts.prefetch if opts.prefetch is not None else tf.data.AUTOTUNE)
-    ds = ds.with_options(_tf_options(req, symbolic_checkpoint=symbolic_checkpoint))
-    # The seekable order checks a restored checkpoint: its iterators say why one is refused in a line.
-    return _restore.restorable(ds) if symbolic_checkpoint else ds
+    return ds.with_options(_tf_options(req, seekable=seekable, symbolic=seekable and resume is None))
 
 
-def _tf_options(req: Request, *, symbolic_checkpoint: bool = False) -> tf.data.Options:
+def _tf_options(req: Request, *, seekable: bool = False, symbolic: bool = False) -> tf.data.Options:
     opts = req.options
     o = tf.data.Options()
     # Determinism is set on each op (interleave, maps); a global Options.deterministic
@@ -403,7 +421,7 @@ def _tf_options(req: Request, *, symbolic_checkpoint: bool = False) -> tf.data.O
         o.autotune.ram_budget = opts.ram_budget_bytes
     if opts.cpu_budget is not None:
         o.autotune.cpu_budget = opts.cpu_budget
-    if symbolic_checkpoint:
+    if seekable:
         # The seekable order sets every stage's parallelism and buffer itself: tf.data's
         # static rewrites find nothing to change, and running them cost 15 of the 46 ms a
         # new iterator took (the graph is serialized, rewritten and rebuilt per iterator).
@@ -416,10 +434,11 @@ def _tf_options(req: Request, *, symbolic_checkpoint: bool = False) -> tf.data.O
         o.threading.private_threadpool_size = opts.private_threadpool_size
     if opts.max_intra_op_parallelism is not None:
         o.threading.max_intra_op_parallelism = opts.max_intra_op_parallelism
-    # The seekable order's graph (symbolic_checkpoint here) checkpoints its position unless
+    # `symbolic`: a seekable graph whose iterators do not checkpoint their position
+    # (canonical partitions, or symbolic_checkpoint=True) checkpoints symbolically unless
     # the options turn it off; any other graph only when they turn it on.
     asked = opts.symbolic_checkpoint
-    o.experimental_symbolic_checkpoint = bool(asked) or (symbolic_checkpoint and asked is None)
+    o.experimental_symbolic_checkpoint = bool(asked) or (symbolic and asked is None)
     # The shard check's py_function touches no state a checkpoint would need.
     o.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
     if req.sharded:

@@ -101,14 +101,14 @@ class ReadOptions:
     private_threadpool_size: dedicated tf.data threads. Auto: tf.data's shared pool.
     max_intra_op_parallelism: threads one op may use. Auto: 1, as the tf.data guide
         advises for input pipelines (parallelism comes from parallel calls).
-    symbolic_checkpoint: checkpoint iterator positions instead of buffered elements
-        (smaller checkpoints). Auto (None): on in the blocks layout's seekable order
-        (whose checkpoint is its position, a few KB), off elsewhere. False in the seekable
-        order reads 1.24-1.48x faster on 2 cores (BENCHMARKS.md, #45), the same batches,
-        but `tf.train.Checkpoint(iterator=it)` then saves the windows in flight
-        (megabytes): resume with `start_batch=` from a saved step instead (in `fit`,
-        `ingest.FitStart`), as `ingest.loader` resumes. Elsewhere True is slow: on the
-        21-feature rows benchmark it cut
+    symbolic_checkpoint: tf.data's symbolic checkpoints (each stage's position, not its
+        buffered elements). Auto (None) and False: off. The blocks layout's seekable order
+        checkpoints without them: its iterators save their position (five integers;
+        docs/distribution.md), and tf.data's bookkeeping cost it 0.53-0.79 of its rate on
+        2 cores (BENCHMARKS.md, #45). True gives tf.data's instead: for an iterator past a
+        stage that is not one batch per batch (batch, filter...), whose checkpoint would
+        otherwise hold the buffers in flight. Canonical partitions use them unless False.
+        Elsewhere True is slow: on the 21-feature rows benchmark it cut
         throughput from 151k to 11k examples/s (TF 2.21, 2 cores). It also rules out
         skipping corrupt records (tf.data cannot checkpoint ignore_errors symbolically: a
         corrupt record then fails with TensorFlow's own error, which does not name the

@@ -107,13 +107,13 @@ def test_each_epoch_is_a_permutation_and_each_pass_a_new_order(dataset):
 
 
 @pytest.mark.parametrize("block_window", [None, 1, 32])
-def test_the_checkpoint_is_a_few_kilobytes_whatever_the_window(dataset, tmp_path, block_window):
+def test_the_checkpoint_is_under_a_kilobyte_whatever_the_window(dataset, tmp_path, block_window):
     ds = ingest.make_dataset(dataset, batch_size=BATCH, options=ingest.ReadOptions(block_window=block_window))
     it = iter(ds)
     for _ in range(7):
         next(it)
     prefix = tf.train.Checkpoint(iterator=it).write(str(tmp_path / "ckpt"))
-    assert _size(prefix) < 16 * 1024
+    assert _size(prefix) < 1024
     # The streaming order's checkpoint holds its buffers: several times larger even on 4k rows.
     streaming = ingest.make_dataset(dataset, batch_size=BATCH, options=ingest.ReadOptions(seekable_order=False))
     it = iter(streaming)
@@ -121,6 +121,89 @@ def test_the_checkpoint_is_a_few_kilobytes_whatever_the_window(dataset, tmp_path
         next(it)
     big = tf.train.Checkpoint(iterator=it).write(str(tmp_path / "streaming" / "ckpt"))
     assert _size(big) > 3 * _size(prefix)
+
+
+def test_the_checkpoint_is_the_position_five_numbers(dataset, tmp_path):
+    it = iter(ingest.make_dataset(dataset, batch_size=BATCH, seed=5))
+    for _ in range(7):
+        next(it)
+    prefix = tf.train.Checkpoint(iterator=it).write(str(tmp_path / "ckpt"))
+    reader = tf.train.load_checkpoint(prefix)
+    (key,) = [k for k in reader.get_variable_to_shape_map() if k.startswith("iterator/")]
+    version, _, seed, _, batch = reader.get_tensor(key).tolist()
+    assert (version, seed, batch) == (1, 5, 7) and key.endswith("position")
+    assert _size(prefix) < 1024
+
+
+def _first_ids(batch) -> list:
+    return batch.numpy().tolist() if isinstance(batch, tf.Tensor) else _ids(batch)
+
+
+def test_a_position_restores_through_map_and_prefetch_and_counts_in_tf_functions(dataset, tmp_path):
+    def make():
+        ds = ingest.make_dataset(dataset, batch_size=BATCH, seed=11, num_epochs=None)
+        return ds.map(lambda f, y: f["id"]).prefetch(2)
+
+    @tf.function
+    def step(iterator):  # passed as an argument, as Keras and custom loops pass it
+        return next(iterator)
+
+    @tf.function
+    def optional(iterator):  # as Keras's steps take it
+        return iterator.get_next_as_optional().get_value()
+
+    it = iter(make())
+    taken = [next(it), step(it), step(it), optional(it), next(it), optional(it)]
+    whole = [b.numpy().tolist() for _, b in zip(range(EPOCH + 20), make())]
+    assert [_first_ids(b) for b in taken] == whole[:6]
+    prefix = tf.train.Checkpoint(iterator=it).write(str(tmp_path / "ckpt"))
+    for _ in range(EPOCH):  # on past the epoch's end
+        step(it)
+    again = iter(make())
+    tf.train.Checkpoint(iterator=again).read(prefix).assert_consumed()
+    assert [_first_ids(step(again)) for _ in range(3)] + [_first_ids(next(again))] == whole[6:10]
+    assert [_first_ids(b) for b in (step(it), next(it))] == whole[EPOCH + 6 : EPOCH + 8]
+
+
+def test_past_a_stage_that_is_not_one_batch_per_batch_tf_data_checkpoints_the_iterator(dataset, tmp_path):
+    def make():
+        ds = ingest.make_dataset(dataset, batch_size=BATCH, seed=11, num_epochs=None)
+        return ds.filter(lambda f, y: tf.size(y) > 0)  # a filter: its count is no position
+
+    it = iter(make())
+    for _ in range(3):
+        next(it)
+    prefix = tf.train.Checkpoint(iterator=it).write(str(tmp_path / "ckpt"))
+    expected = [_ids(next(it)) for _ in range(3)]
+    again = iter(make())
+    tf.train.Checkpoint(iterator=again).read(prefix)
+    assert [_ids(next(again)) for _ in range(3)] == expected
+
+
+def test_a_checkpoint_before_the_first_batch_restores_a_fresh_iterator(dataset, tmp_path):
+    kwargs = dict(batch_size=BATCH, seed=11, num_epochs=None)
+    prefix = tf.train.Checkpoint(iterator=iter(ingest.make_dataset(dataset, **kwargs))).write(str(tmp_path / "ck"))
+    again = iter(ingest.make_dataset(dataset, **kwargs))  # as a restarted run restores before its first batch
+    tf.train.Checkpoint(iterator=again).read(prefix)
+    assert [_ids(next(again)) for _ in range(3)] == _uninterrupted(ingest.make_dataset(dataset, **kwargs), 3)
+    # Restored into an iterator that has taken batches: it starts a pass afresh, as a new iter() would.
+    used = iter(ingest.make_dataset(dataset, **kwargs))
+    next(used)
+    tf.train.Checkpoint(iterator=used).read(prefix)
+    assert sorted(sum((_ids(next(used)) for _ in range(EPOCH)), [])) == list(range(ROWS))
+
+
+def test_two_iterators_restored_at_once_over_one_dataset_raise_instead_of_swapping(dataset, tmp_path):
+    ds = ingest.make_dataset(dataset, batch_size=BATCH, seed=11, num_epochs=None)
+    it = iter(ds)
+    for _ in range(3):
+        next(it)
+    prefix = tf.train.Checkpoint(iterator=it).write(str(tmp_path / "ckpt"))
+    first, second = iter(ds), iter(ds)
+    tf.train.Checkpoint(iterator=first).read(prefix)
+    tf.train.Checkpoint(iterator=second).read(prefix)
+    with pytest.raises(RuntimeError, match=r"two iterators over one make_dataset dataset were restored"):
+        next(first)
 
 
 @pytest.mark.slow
@@ -269,13 +352,15 @@ def _killed_and_resumed(script: str, args, tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_training_killed_mid_epoch_resumes_to_the_same_weights(dataset, tmp_path):
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+def test_training_killed_mid_epoch_resumes_to_the_same_weights(dataset, tmp_path, mode):
     """The README's recipe: killed after step 25 (last checkpoint at 20), rerun, it ends where an
-    uninterrupted run ends: the same batches were trained on, in the same order."""
+    uninterrupted run ends: the same batches were trained on, in the same order. `graph`: each
+    step takes its batch in a tf.function given the iterator (the position counts there)."""
     steps = EPOCH + 30  # crosses an epoch
     _killed_and_resumed(
         "tests/train_resume_child.py",
-        lambda d, die, out, _: [dataset, str(d), str(steps), str(die), str(out)],
+        lambda d, die, out, _: [dataset, str(d), str(steps), str(die), str(out), mode],
         tmp_path,
     )
 
@@ -287,19 +372,30 @@ def test_start_batch_seeks_to_that_batch_of_the_stream(dataset, start):
     assert _uninterrupted(ingest.make_dataset(dataset, start_batch=start, **kwargs), 12) == whole[start:]
 
 
-def test_symbolic_checkpoints_off_give_the_same_batches_and_seek_by_start_batch(dataset):
+def test_tf_data_symbolic_checkpoints_when_asked_give_the_same_batches_and_seek_by_start_batch(dataset, tmp_path):
+    # The default checkpoints the iterator's position, with tf.data's symbolic checkpoints off
+    # (they cost a third to a half of the rate); asked for, tf.data's take over.
     kwargs = dict(batch_size=BATCH, num_epochs=None, seed=11)
-    off = ingest.ReadOptions(symbolic_checkpoint=False)
+    symbolic = ingest.ReadOptions(symbolic_checkpoint=True)
     default = ingest.make_dataset(dataset, **kwargs)
-    fast = ingest.make_dataset(dataset, options=off, **kwargs)
-    assert default.options().experimental_symbolic_checkpoint is True
-    assert fast.options().experimental_symbolic_checkpoint is False
+    slow = ingest.make_dataset(dataset, options=symbolic, **kwargs)
+    assert default.options().experimental_symbolic_checkpoint is False
+    assert slow.options().experimental_symbolic_checkpoint is True
     whole = _uninterrupted(default, EPOCH + 20)
-    assert _uninterrupted(fast, EPOCH + 20) == whole
+    assert _uninterrupted(slow, EPOCH + 20) == whole
     assert (
-        _uninterrupted(ingest.make_dataset(dataset, start_batch=EPOCH + 3, options=off, **kwargs), 17)
+        _uninterrupted(ingest.make_dataset(dataset, start_batch=EPOCH + 3, options=symbolic, **kwargs), 17)
         == whole[EPOCH + 3 :]
     )
+    it = iter(slow)
+    for _ in range(5):
+        next(it)
+    prefix = tf.train.Checkpoint(iterator=it).write(str(tmp_path / "symbolic" / "ckpt"))
+    assert _size(prefix) < 16 * 1024
+    expected = [_ids(next(it)) for _ in range(3)]  # of the dataset's second pass
+    again = iter(ingest.make_dataset(dataset, options=symbolic, **kwargs))
+    tf.train.Checkpoint(iterator=again).read(prefix)
+    assert [_ids(next(again)) for _ in range(3)] == expected
     # Other graphs keep symbolic checkpoints off unless asked: the rows layout's streaming order.
     streaming = ingest.make_dataset(dataset, batch_size=BATCH, options=ingest.ReadOptions(seekable_order=False))
     assert streaming.options().experimental_symbolic_checkpoint is False

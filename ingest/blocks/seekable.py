@@ -14,14 +14,17 @@ Three levels of mixing, like the streaming block pipeline it replaces: which blo
 in a window changes every epoch (any block with any other, not only those a buffer
 holds), rows are permuted within the window, and conversion shuffled rows into blocks.
 
-Nothing in the graph keeps data that a checkpoint would have to save: the parallel map,
-flat_map and prefetch are checkpointed symbolically (their positions, a few hundred
-bytes), and a restored iterator recomputes the window it stopped in: it seeks, it does
-not replay. Without a user seed one is drawn when the dataset is built; the scan's state
-holds it, so a checkpoint restores the seed along with the position. The fingerprint of
-the blocks, batch size and window is checked against the dataset read after a restore:
-a checkpoint of another dataset (or of another batch size, or of another seed than one
-given) fails instead of resuming into a different order.
+A checkpoint is the position: make_dataset's iterators save (seed, pass, batch) and a
+restored one starts at that batch (ingest._restore arms `Resume`, which the first element
+of the next iterator reads, as it reads `start_batch`). It seeks, it does not replay: it
+recomputes the window it stopped in. Without a user seed one is drawn when the dataset is
+built, and a restore brings the checkpoint's. The fingerprint of the blocks, batch size
+and window is checked against the dataset restored into: a checkpoint of another dataset
+(or of another batch size, or of another seed than one given) is refused instead of
+resuming into a different order. Asked for tf.data's symbolic checkpoints (and for
+canonical partitions), the graph serves those too: nothing in it keeps data a checkpoint
+would have to save (the parallel map, flat_map and prefetch are checkpointed by position,
+the scans keep seed, pass and fingerprint), and the same checks run in the graph.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import tensorflow as tf
 
-from ingest import _parse, _read, _tuning, contract
+from ingest import _parse, _read, _restore, _tuning, contract
 from ingest._functions import own_functions
 from ingest._request import read_start
 from ingest._system import usable_cpus
@@ -45,7 +48,7 @@ from ingest.blocks.parse import check_blocks, check_rows, located_in, parse_bloc
 if TYPE_CHECKING:
     from ingest._request import Request
 
-__all__ = ["seekable", "seekable_block_batches", "seekable_windows", "window_rows"]
+__all__ = ["positioned_block_batches", "seekable", "seekable_block_batches", "seekable_windows", "window_rows"]
 
 logger = logging.getLogger(__name__)
 
@@ -289,6 +292,20 @@ def seekable_block_batches(req: Request, index: BlockIndex) -> tf.data.Dataset:
     return _SeekableOrder(req, index).batches()
 
 
+def positioned_block_batches(req: Request, index: BlockIndex) -> tuple:
+    """(batches, their Resume): the same order, whose iterators checkpoint their position
+    (ingest._restore) where tf.data's symbolic checkpoints are off."""
+    order = _SeekableOrder(req, index)
+    order.resume = _restore.Resume(
+        seed=order.seed,
+        fingerprint=order.fingerprint,
+        given_seed=req.seed,
+        other_dataset=order.other_dataset(),
+        other_seed=order.other_seed,
+    )
+    return order.batches(), order.resume
+
+
 def seekable_windows(req: Request, index: BlockIndex) -> tuple:
     """(dataset of (w, window rows), rows a window holds): the order's windows before batching."""
     order = _SeekableOrder(req, index)
@@ -330,6 +347,7 @@ class _SeekableOrder:
         self.num_runs = int(self.run_starts.shape[0])
         # Only the stream's last window can end in a short batch (every window is whole batches).
         self.short_tail = self.stream is not None and self.stream % self.batch != 0
+        self.resume = None  # an _restore.Resume: where a restore starts the next iterator
 
     def batches(self) -> tf.data.Dataset:
         # Each new iterator over the dataset is a new pass (as with tf.data's
@@ -344,8 +362,7 @@ class _SeekableOrder:
         ds = self.starts().flat_map(self.windows_of_pass)
         if self.stream is None:
             ds = ds.repeat()  # never repeats (the pass is endless); tells tf.data the cardinality is infinite
-        state = (tf.constant(self.seed, tf.int64), tf.constant(self.fingerprint, tf.int64), tf.constant(-1, tf.int64))
-        ds = ds.scan(state, _keep)
+        ds = ds.scan(self.kept(), _keep)
         parallel = _tuning.window_calls(usable_cpus(), requested=self.req.options.num_parallel_calls)
         ds = ds.map(self.plan, num_parallel_calls=parallel, deterministic=True)
         if READS_IN_WINDOW_CALLS:
@@ -366,17 +383,20 @@ class _SeekableOrder:
         ds = self.starts().flat_map(self.windows_of_pass)
         if self.stream is None:
             ds = ds.repeat()
-        state = (tf.constant(self.seed, tf.int64), tf.constant(self.fingerprint, tf.int64), tf.constant(-1, tf.int64))
         parallel = _tuning.window_calls(usable_cpus(), requested=self.req.options.num_parallel_calls)
-        ds = ds.scan(state, _keep).map(self.plan, num_parallel_calls=parallel, deterministic=True)
+        ds = ds.scan(self.kept(), _keep).map(self.plan, num_parallel_calls=parallel, deterministic=True)
         return ds.flat_map(self.read).map(self.numbered_rows, num_parallel_calls=parallel, deterministic=True)
+
+    def kept(self) -> tuple:
+        """_keep's first state: (seed, fingerprint, no pass yet)."""
+        return tf.constant(self.seed, tf.int64), tf.constant(self.fingerprint, tf.int64), tf.constant(-1, tf.int64)
 
     def numbered_rows(self, seed, key, w, *rest):
         element, _ = self.rows_of_window(seed, key, w, *rest)
         return w, element
 
     def starts(self):
-        """-> (pass, first batch), after _HEADS head elements (first -1) that read the first batch.
+        """-> (pass, first batch, seed), after _HEADS head elements (first -1) that read the first batch.
 
         A restore replays each flat_map's current input element from its input's state
         saved before that element. A start_batch variable read by the element the windows
@@ -394,15 +414,26 @@ class _SeekableOrder:
             passes = tf.data.Dataset.random(seed=self.seed % 2**31, rerandomize_each_iteration=True)
             passes = passes.take(self.heads + 1)
         # A variable may live on a GPU: the function that reads it is instantiated for all devices.
+        state = tuple(tf.constant(v, tf.int64) for v in (0, -1, self.seed, -1))
         with own_functions(isinstance(self.req.start_batch, (int, type(None)))):
-            return passes.scan((tf.constant(0, tf.int64), tf.constant(-1, tf.int64)), self.read_first)
+            return passes.scan(state, self.read_first)
 
     def read_first(self, state, r):
-        count, first = state
-        first = tf.cond(tf.equal(count, 0), self.first_batch, lambda: first)
-        if self.req.stream_pass is not None:
-            r = tf.cast(self.req.stream_pass.read_value(), tf.int64)
-        return (count + 1, first), (r % _PASSES, tf.where(count < self.heads, tf.constant(-1, tf.int64), first))
+        """The first element reads where the iterator starts (pass, first batch, seed); every
+        element carries them."""
+        count, first, seed, this_pass = state
+
+        def started():
+            drawn = r % _PASSES
+            if self.req.stream_pass is not None:
+                drawn = tf.cast(self.req.stream_pass.read_value(), tf.int64)
+            if self.resume is None:
+                return tf.constant(self.seed, tf.int64), drawn, self.first_batch()
+            return self.resume.start_of(drawn, self.first_batch)
+
+        seed, this_pass, first = tf.cond(tf.equal(count, 0), started, lambda: (seed, this_pass, first))
+        head = tf.where(count < self.heads, tf.constant(-1, tf.int64), first)
+        return (count + 1, first, seed, this_pass), (this_pass, head, seed)
 
     def first_batch(self):
         """Where a new iterator starts: batch 0, or `start_batch` (a variable is read now)."""
@@ -410,8 +441,8 @@ class _SeekableOrder:
             return tf.constant(0, tf.int64)
         return read_start(self.req.start_batch)
 
-    def windows_of_pass(self, this_pass, first):
-        """-> (pass, window, batches of it to drop); the head element: window -1, once."""
+    def windows_of_pass(self, this_pass, first, seed):
+        """-> (pass, window, batches of it to drop, seed); the head element: window -1, once."""
         # Seeking: whole windows before the first batch are not read; the first window
         # drops the batches before it (a window holds whole batches).
         head = first < 0
@@ -426,7 +457,7 @@ class _SeekableOrder:
             ds = tf.data.Dataset.range(tf.where(head, minus_one, mine), tf.where(head, zero, self.windows), step)
         if self.stream is None:
             ds = ds.repeat(tf.where(head, -minus_one, minus_one))
-        return ds.map(lambda w: (this_pass, w, tf.where(tf.logical_and(tf.equal(w, w0), w >= 0), drop, 0)))
+        return ds.map(lambda w: (this_pass, w, tf.where(tf.logical_and(tf.equal(w, w0), w >= 0), drop, 0), seed))
 
     def epoch_orders(self, seed, this_pass, epochs):
         """[E] epochs -> [E, blocks]: each epoch's block order, keyed by (seed, pass, epoch).
@@ -457,14 +488,7 @@ class _SeekableOrder:
 
     def plan(self, seed, saved_fingerprint, this_pass, w, drop):
         """Window w -> the blocks it reads, and where each of its rows sits in them."""
-        same = tf.debugging.Assert(
-            tf.equal(saved_fingerprint, self.fingerprint),
-            [
-                f"this iterator was restored from a checkpoint of another dataset, batch size or window "
-                f"than {self.req.path} split {self.req.split.name!r} with batch_size={self.batch}: its order would "
-                "differ. Restore it into the make_dataset call it was saved from, or start without the checkpoint."
-            ],
-        )
+        same = tf.debugging.Assert(tf.equal(saved_fingerprint, self.fingerprint), [self.other_dataset()])
         total_rows, stream = self.total_rows, self.stream
         start = w * self.window
         stop = start + self.window if stream is None else tf.minimum(start + self.window, stream)
@@ -491,6 +515,22 @@ class _SeekableOrder:
         zero = tf.constant(0, tf.int64)
         return seed, _key(this_pass, w), w, blocks, tf.where(head, zero, skip), tf.where(head, zero, stop - start), drop
 
+    def other_dataset(self) -> str:
+        return (
+            f"{_restore.MARK} of another dataset, batch size or window than {self.req.path} split "
+            f"{self.req.split.name!r} with batch_size={self.batch}: its order would differ. Restore it into the "
+            "make_dataset call it was saved from, or start without the checkpoint."
+        )
+
+    def other_seed(self, seed) -> str:
+        return f"{_restore.MARK} saved with seed {seed} {self._seed_advice()}"
+
+    def _seed_advice(self) -> str:
+        return (
+            f"into make_dataset(seed={self.req.seed}) of {self.req.path}: its order would differ. Restore it with "
+            "the seed it was saved with (seed=None takes the checkpoint's), or start without the checkpoint."
+        )
+
     def same_seed(self, seed) -> list:
         """A seed given to make_dataset must be the one a restored checkpoint carries: its
         order is the one asked for (without one, the checkpoint's seed is the run's)."""
@@ -499,13 +539,7 @@ class _SeekableOrder:
         return [
             tf.debugging.Assert(
                 tf.equal(seed, self.seed),
-                [
-                    "this iterator was restored from a checkpoint saved with seed",
-                    seed,
-                    f"into make_dataset(seed={self.req.seed}) of {self.req.path}: its order would differ. Restore "
-                    "it with the seed it was saved with (seed=None takes the checkpoint's), or start without the "
-                    "checkpoint.",
-                ],
+                [f"{_restore.MARK} saved with seed", seed, self._seed_advice()],
             )
         ]
 
@@ -600,10 +634,11 @@ class _SeekableOrder:
 
 
 def _keep(state, element):
-    """The scan's step: the state keeps the first pass it saw (a restored one stays)."""
+    """The scan's step: the state keeps the first pass and seed it saw (restored ones stay)."""
     seed, saved_fingerprint, kept_pass = state
-    this_pass, w, drop = element
-    state = (seed, saved_fingerprint, tf.where(kept_pass < 0, this_pass, kept_pass))
+    this_pass, w, drop, element_seed = element
+    first = kept_pass < 0
+    state = (tf.where(first, element_seed, seed), saved_fingerprint, tf.where(first, this_pass, kept_pass))
     return state, state + (w, drop)
 
 

@@ -68,10 +68,9 @@ class _Built:
         index, self.rank_rows = _rank_index(req, content)
         with own_functions():
             ds, self.window_rows = seekable.seekable_windows(req, index)
-        options = _dataset._tf_options(req, symbolic_checkpoint=True)
         # No tf.train.Checkpoint ever saves a worker's iterator (the consumer keeps the
         # position): the per-element bookkeeping of symbolic checkpoints is not paid.
-        options.experimental_symbolic_checkpoint = False
+        options = _dataset._tf_options(req, seekable=True)
         self.ds = ds.prefetch(1).with_options(options)
         spec_ = ds.element_spec[1]
         self.structure, specs = _structure(spec_)
