@@ -21,15 +21,15 @@ tf.data's, and its checkpoint holds the buffers in flight (`ReadOptions(
 symbolic_checkpoint=True)` gives tf.data's symbolic checkpoints there instead).
 
 Passed to a tf.function (as Keras and custom loops pass it), the iterator keeps its
-class: its type spec carries its variables as components, so a traced step counts into
-the iterator it was called with.
+class: its type spec carries its count's variable as a component, so a traced step
+counts into the iterator it was called with.
 
 The order's Resume is one per dataset: a restore arms it and the next iterator of that
 dataset to make its first batch takes the start. Each iterator checks the start it reads
 back: one start since it last looked, carrying the token of its own restore (0 if none).
 Two iterators restored or started at once over one dataset raise instead of swapping
-positions. In a tf.function a batch costs one assign (~5 us less than reading the start
-there too, on this machine's cores: BENCHMARKS.md).
+positions. In a tf.function a batch costs one assign; the start is read in Python, once
+(reading it in the graph too cost ~5 us a batch here: BENCHMARKS.md).
 """
 
 from __future__ import annotations

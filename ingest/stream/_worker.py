@@ -69,8 +69,10 @@ class _Built:
         with own_functions():
             ds, self.window_rows = seekable.seekable_windows(req, index)
         # No tf.train.Checkpoint ever saves a worker's iterator (the consumer keeps the
-        # position): the per-element bookkeeping of symbolic checkpoints is not paid.
+        # position): the per-element bookkeeping of symbolic checkpoints is not paid, even
+        # where the caller's ReadOptions ask for it.
         options = _dataset._tf_options(req, seekable=True)
+        options.experimental_symbolic_checkpoint = False
         self.ds = ds.prefetch(1).with_options(options)
         spec_ = ds.element_spec[1]
         self.structure, specs = _structure(spec_)
