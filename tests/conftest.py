@@ -140,25 +140,28 @@ def read_shard(dataset_dir, filename: str) -> list:
     return rows
 
 
-def write_fragments(tmp, encode, *, n: int, fragments: int = 4, runs: int = 5, shuffled_runs: bool = True) -> list:
+def write_fragments(
+    tmp, encode, *, n: int, fragments: int = 4, runs: int = 5, shuffled_runs: bool = True, bundles: int | None = None
+) -> list:
     """Values 0..n-1 over `fragments` fragment files of `runs` runs each, as ConvertFiles
     writes them: each run one chunk's share, in random order (or in order, without
     `shuffled_runs`). `encode(fragment, run, values)` gives the run's (data, frame
-    lengths, rows); returns the fragments' descriptors."""
+    lengths, rows); returns the fragments' descriptors. With `bundles`, the same runs
+    are written by that many bundles taking turns, as worker processes do: the runs
+    of one file then lie in several fragments."""
     from beam_jobs.output.fragments import FragmentWriter
 
     rng = np.random.default_rng(0)
     per_run = n // (fragments * runs)
-    out = []
+    writers = [FragmentWriter(str(tmp), f"bundle{b}") for b in range(bundles or fragments)]
     for f in range(fragments):
-        writer = FragmentWriter(str(tmp), f"bundle{f}")
         for r in range(runs):
             first = (f * runs + r) * per_run
             values = first + (rng.permutation(per_run) if shuffled_runs else np.arange(per_run))
             data, lengths, rows = encode(f, r, values)
+            writer = writers[f if bundles is None else (f * runs + r) % bundles]
             writer.append(0, 0, (f, 0, r), data, lengths, rows=rows)
-        out.extend(writer.close())
-    return out
+    return [fragment for w in writers for fragment in w.close()]
 
 
 def quarantine_lines(dataset_dir) -> list:

@@ -33,7 +33,7 @@ def _framed(records: list):
     return buf.tobytes(), frame_lengths
 
 
-def _fragments(tmp, *, fragments=4, runs=5, shuffled_runs=True) -> list:
+def _fragments(tmp, *, fragments=4, runs=5, shuffled_runs=True, bundles=None) -> list:
     """N records 0..N-1 over `fragments` fragments of `runs` runs each, every run in
     random order as ConvertFiles writes them (or in order, for concatenation)."""
 
@@ -41,7 +41,9 @@ def _fragments(tmp, *, fragments=4, runs=5, shuffled_runs=True) -> list:
         data, lengths = _framed([str(v).encode() for v in values])
         return data, lengths, None
 
-    return write_fragments(tmp, encode, n=N, fragments=fragments, runs=runs, shuffled_runs=shuffled_runs)
+    return write_fragments(
+        tmp, encode, n=N, fragments=fragments, runs=runs, shuffled_runs=shuffled_runs, bundles=bundles
+    )
 
 
 def _values(out: io.BytesIO) -> list:
@@ -50,7 +52,9 @@ def _values(out: io.BytesIO) -> list:
 
 def test_the_strategy_follows_the_number_of_runs_and_the_bytes():
     def shard(runs, size):
-        return [Fragment(0, 0, "f", records=runs, bytes=size, order=(0,), segments=(1,) * runs, rows=runs)]
+        return [
+            Fragment(0, 0, "f", records=runs, bytes=size, order=((0, 0, 0),) * runs, segments=(1,) * runs, rows=runs)
+        ]
 
     budget = commit_rows.Budget(max_merged_runs=8, in_memory_bytes=1000)
     assert commit_rows.choose_strategy(shard(8, 10**9), budget) is commit_rows.interleave_runs
@@ -80,6 +84,25 @@ def test_without_shuffle_a_shard_keeps_source_order(tmp_path):
     out = io.BytesIO()
     assert commit_rows.write_shard(list(reversed(fragments)), out, rng=None) == N
     assert _values(out) == list(range(N))
+
+
+@pytest.mark.parametrize("strategy", SHUFFLES + [None], ids=lambda s: s.__name__ if s else "concatenate")
+def test_a_shard_is_the_same_bytes_whichever_bundles_wrote_its_runs(tmp_path, strategy):
+    # One in-process worker writes a file's chunks into one fragment; two worker processes
+    # take turns, so each fragment holds every other chunk of several files.
+    def shard(bundles):
+        fragments = _fragments(tmp_path / str(bundles), shuffled_runs=strategy is not None, bundles=bundles)
+        out = io.BytesIO()
+        if strategy is None:
+            commit_rows.write_shard(fragments, out, rng=None)
+        else:
+            strategy(fragments, out, np.random.default_rng(5), SMALL)
+        return out.getvalue()
+
+    one = shard(None)
+    assert shard(2) == one and shard(3) == one
+    if strategy is None:
+        assert _values(io.BytesIO(one)) == list(range(N))
 
 
 @pytest.mark.parametrize("strategy", SHUFFLES + [None], ids=lambda s: s.__name__ if s else "concatenate")

@@ -20,7 +20,7 @@ IN_MEMORY = commit_rows.Budget(in_memory_bytes=64 << 20)
 BUCKETS = commit_rows.Budget(in_memory_bytes=1000, bucket_bytes=8192)
 
 
-def _fragments(tmp, *, fragments=4, runs=5, null_run=False, shuffled_runs=True) -> list:
+def _fragments(tmp, *, fragments=4, runs=5, null_run=False, shuffled_runs=True, bundles=None) -> list:
     """Rows 0..N-1 (an `id` column and a text column) over fragments of runs, each run
     one chunk's share in random order, as ConvertFiles writes them. With `null_run`, one
     run's text column is all null: Arrow types it null there."""
@@ -30,7 +30,9 @@ def _fragments(tmp, *, fragments=4, runs=5, null_run=False, shuffled_runs=True) 
         data = run_bytes([("id", "int64", pa.array(ids)), ("text", "bytes", text)], np.arange(len(ids)))
         return data, [len(data)], len(ids)
 
-    return write_fragments(tmp, encode, n=N, fragments=fragments, runs=runs, shuffled_runs=shuffled_runs)
+    return write_fragments(
+        tmp, encode, n=N, fragments=fragments, runs=runs, shuffled_runs=shuffled_runs, bundles=bundles
+    )
 
 
 def _blocks(out: io.BytesIO) -> list:
@@ -59,6 +61,26 @@ def test_rows_are_shuffled_one_by_one_before_blocks_are_cut(tmp_path, budget):
     # 250 touch ~19 of them (a block cut from one chunk's share would touch 1).
     assert all(len({i // 250 for i in b["id"]}) >= 12 for b in blocks[:-1])
     assert all(b["text"] == [f"w{i}".encode() for i in b["id"]] for b in blocks)
+
+
+@pytest.mark.parametrize("budget", [IN_MEMORY, BUCKETS, None], ids=["in_memory", "buckets", "unshuffled"])
+def test_a_shard_is_the_same_blocks_whichever_bundles_wrote_its_runs(tmp_path, budget):
+    # As two worker processes write them: each fragment holds every other chunk.
+    def shard(bundles):
+        out, seen = io.BytesIO(), []
+        rng = None if budget is None else np.random.default_rng(6)
+        write_block_shard(
+            _fragments(tmp_path / str(bundles), bundles=bundles, shuffled_runs=budget is not None),
+            out,
+            rng=rng,
+            block_rows=K,
+            budget=budget or IN_MEMORY,
+            on_rows=lambda columns, n, index: seen.append((index, columns[0][2].to_pylist())),
+        )
+        return out.getvalue(), seen
+
+    one = shard(None)
+    assert shard(2) == one and shard(3) == one  # the statistics see the runs in one order, too
 
 
 def test_without_shuffle_blocks_hold_consecutive_rows_in_source_order(tmp_path):

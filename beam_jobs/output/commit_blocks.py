@@ -24,8 +24,7 @@ from apache_beam.io.filesystems import FileSystems
 from beam_jobs._errors import full_disk_named
 from beam_jobs.encode.blocks import encode_blocks
 from beam_jobs.encode.tfrecord import key_ranges
-from beam_jobs.output.commit_rows import Budget, read_exactly
-from beam_jobs.output.fragments import read_index
+from beam_jobs.output.commit_rows import Budget, RunReader, runs_in_input_order
 from ingest import contract
 
 __all__ = ["run_bytes", "write_block_shard", "write_block_index"]
@@ -63,16 +62,6 @@ def _columns(table: pa.Table) -> list:
     return [
         (f.name, f.metadata[_DTYPE_KEY].decode(), table.column(i).combine_chunks()) for i, f in enumerate(table.schema)
     ]
-
-
-def _runs(fragment):
-    """Yields the fragment's runs as tables, in the order they were written."""
-    lengths = read_index(fragment)
-    with FileSystems.open(fragment.path, compression_type=_RAW) as src:
-        for n in lengths:
-            buf = np.empty(int(n), np.uint8)
-            read_exactly(src, memoryview(buf), fragment.path)
-            yield from _tables(buf, [n])
 
 
 def _concat(tables: list) -> pa.Table:
@@ -138,7 +127,7 @@ def write_block_shard(
     shuffle: the statistics then run beside the permutation and encoding. `defaults`:
     {column: the value a missing one is written as} where not the dtype's natural one.
     `vocabularies`: {column: its vocabulary}, for each block dictionary's ids (`F/ids`)."""
-    fragments = sorted(fragments, key=lambda f: (tuple(f.order), f.path))
+    fragments = sorted(fragments, key=lambda f: f.path)
     sink = _BlockSink(out, block_rows, defaults, vocabularies)
     runs = _seen(fragments, on_rows)
     total_bytes = sum(f.bytes for f in fragments)
@@ -165,14 +154,16 @@ def write_block_index(path: str, frame_lengths: np.ndarray) -> None:
 
 
 def _seen(fragments: list, on_rows):
-    """The fragments' runs as tables, each shown to `on_rows` first (if given)."""
+    """The shard's runs as tables, in input order (`runs_in_input_order`: the same shard
+    whichever bundles wrote them), each shown to `on_rows` first (if given)."""
     index = 0
-    for f in fragments:
-        for table in _runs(f):
-            if on_rows is not None and table.num_rows:
-                on_rows(_columns(table), table.num_rows, index)
-                index += 1
-            yield table
+    with RunReader(fragments) as reader:
+        for run in runs_in_input_order(fragments):
+            for table in _tables(reader.bytes_of(run), run.lengths):
+                if on_rows is not None and table.num_rows:
+                    on_rows(_columns(table), table.num_rows, index)
+                    index += 1
+                yield table
 
 
 def _through_buckets(runs, total_bytes: int, sink: _BlockSink, rng, budget: Budget) -> None:

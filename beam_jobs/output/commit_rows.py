@@ -29,6 +29,9 @@ from beam_jobs.output.fragments import read_index
 
 __all__ = [
     "Budget",
+    "Run",
+    "runs_in_input_order",
+    "RunReader",
     "choose_strategy",
     "concatenate",
     "interleave_runs",
@@ -61,28 +64,88 @@ def choose_strategy(fragments: list, budget: Budget):
     return bucket_on_disk
 
 
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One chunk's share of a shard, as it lies in a fragment."""
+
+    fragment: int  # position of its fragment in the shard's list
+    byte: int  # its first byte in that fragment
+    lengths: np.ndarray  # its frames' lengths
+
+
+def runs_in_input_order(fragments: list) -> list:
+    """Every run of the shard's fragments, in the input order of the chunks that wrote them.
+
+    A fragment holds the runs of one bundle, and which chunks share a bundle depends on
+    the runner (one in-process worker reads them in order; two workers take turns). The
+    runs' own order does not: (file index, range, chunk) of each. So a shard, shuffled or
+    not, is the same bytes from any number of workers.
+    """
+    keyed = []
+    for i, f in enumerate(fragments):
+        lengths, first, byte = read_index(f), 0, 0
+        for place, count in zip(f.order, f.segments):
+            run = lengths[first : first + count]
+            keyed.append(((tuple(place), f.path), Run(i, byte, run)))
+            byte += int(run.sum())
+            first += count
+    keyed.sort(key=lambda k: k[0])
+    return [run for _, run in keyed]
+
+
+class RunReader:
+    """Reads runs (or stretches of them) from the shard's fragments: each file is opened
+    when first read and stays open until the reader closes."""
+
+    def __init__(self, fragments: list):
+        self._fragments, self._files = fragments, {}
+
+    def read(self, run: Run, view: memoryview, skip: int = 0) -> None:
+        """Fills `view` from `run`'s bytes, `skip` bytes in."""
+        src = self._files.get(run.fragment)
+        if src is None:
+            path = self._fragments[run.fragment].path
+            src = self._files[run.fragment] = FileSystems.open(path, compression_type=_RAW)
+        src.seek(run.byte + skip)
+        read_exactly(src, view, self._fragments[run.fragment].path)
+
+    def bytes_of(self, run: Run) -> np.ndarray:
+        buf = np.empty(int(run.lengths.sum()), np.uint8)
+        self.read(run, memoryview(buf))
+        return buf
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
+        self._files = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 def write_shard(fragments: list, out, *, rng: np.random.Generator | None, budget: Budget = Budget()) -> int:
     """Writes the fragments' frames to `out`, shuffled when `rng` is given; returns the count.
 
-    Fragments are taken in source order (their `order`), so without shuffling the
-    shard keeps it.
+    Runs are taken in input order (`runs_in_input_order`), so without shuffling the
+    shard keeps it, and a seed gives one shard whichever bundles wrote the runs.
     """
-    fragments = sorted(fragments, key=lambda f: (tuple(f.order), f.path))
+    fragments = sorted(fragments, key=lambda f: f.path)
     if rng is None:
-        return concatenate(fragments, out)
+        return concatenate(fragments, out, budget)
     return choose_strategy(fragments, budget)(fragments, out, rng, budget)
 
 
-def concatenate(fragments: list, out) -> int:
-    for f in fragments:
-        copied = 0
-        with FileSystems.open(f.path, compression_type=_RAW) as src:
-            while block := src.read(8 << 20):
-                out.write(block)
-                copied += len(block)
-        if copied != f.bytes:
-            raise TFRecordError(f"fragment {f.path} is truncated: it holds {copied} bytes, {f.bytes} were written")
-    return sum(f.records for f in fragments)
+def concatenate(fragments: list, out, budget: Budget = Budget()) -> int:
+    records = 0
+    with RunReader(fragments) as reader:
+        for run in runs_in_input_order(fragments):
+            for first, last in _stretches(run.lengths, budget.read_bytes):
+                out.write(reader.bytes_of(_part(run, first, last)))
+            records += len(run.lengths)
+    return records
 
 
 def interleave_runs(fragments: list, out, rng, budget: Budget) -> int:
@@ -94,21 +157,14 @@ def interleave_runs(fragments: list, out, rng, budget: Budget) -> int:
     few frames of every run it draws from, so reading stays sequential per run and
     memory stays at a slice.
     """
-    runs = []  # (fragment position, first byte, frame lengths)
-    for i, f in enumerate(fragments):
-        lengths, first, byte = read_index(f), 0, 0
-        for count in f.segments:
-            runs.append((i, byte, lengths[first : first + count]))
-            byte += int(lengths[first : first + count].sum())
-            first += count
-    sizes = np.array([len(r[2]) for r in runs], np.int64)
+    runs = runs_in_input_order(fragments)
+    sizes = np.array([len(r.lengths) for r in runs], np.int64)
     labels = rng.permutation(np.repeat(np.arange(len(runs), dtype=np.int32), sizes))
-    bounds = [offsets_of(r[2]) for r in runs]
+    bounds = [offsets_of(r.lengths) for r in runs]
     taken = np.zeros(len(runs), np.int64)
     total_bytes = sum(f.bytes for f in fragments)
     step = max(1, len(labels) * budget.write_bytes // max(total_bytes, 1))
-    files = [FileSystems.open(f.path, compression_type=_RAW) for f in fragments]
-    try:
+    with RunReader(fragments) as reader:
         for start in range(0, len(labels), step):
             drawn = labels[start : start + step]
             counts = np.bincount(drawn, minlength=len(runs))
@@ -117,20 +173,15 @@ def interleave_runs(fragments: list, out, rng, budget: Budget) -> int:
             buf = np.empty(sum(b - a for a, b in spans), np.uint8)
             at = 0
             for r, (a, b) in zip(picked, spans):  # frames of each run, in run order
-                src = files[runs[r][0]]
-                src.seek(runs[r][1] + a)
-                read_exactly(src, memoryview(buf)[at : at + b - a], fragments[runs[r][0]].path)
+                reader.read(runs[r], memoryview(buf)[at : at + b - a], skip=a)
                 at += b - a
-            lengths = np.concatenate([runs[r][2][taken[r] : taken[r] + counts[r]] for r in picked])
+            lengths = np.concatenate([runs[r].lengths[taken[r] : taken[r] + counts[r]] for r in picked])
             taken[picked] += counts[picked]
             # The k-th draw of run r is that run's k-th frame in this slice: a stable
             # sort of the labels lists the slice's frames in buffer order.
             where = np.empty(len(drawn), np.int64)
             where[np.argsort(drawn, kind="stable")] = np.arange(len(drawn))
             out.write(frames_data(frames_array(buf, offsets_of(lengths)).take(where))[0])
-    finally:
-        for f in files:
-            f.close()
     return len(labels)
 
 
@@ -164,32 +215,41 @@ def bucket_on_disk(fragments: list, out, rng, budget: Budget) -> int:
     return records
 
 
+def _stretches(lengths: np.ndarray, read_bytes: int):
+    """(first, last) frame bounds cutting `lengths` into stretches of ~`read_bytes` (at
+    least one frame each)."""
+    ends = np.cumsum(lengths)
+    first = 0
+    while first < len(lengths):
+        start = int(ends[first - 1]) if first else 0
+        last = max(first + 1, int(np.searchsorted(ends, start + read_bytes, side="right")))
+        yield first, last
+        first = last
+
+
+def _part(run: Run, first: int, last: int) -> Run:
+    return Run(run.fragment, run.byte + int(run.lengths[:first].sum()), run.lengths[first:last])
+
+
 def _pieces(fragments: list, read_bytes: int):
-    """Yields the shard's frames as Arrow arrays of at most ~`read_bytes` each."""
-    for f in fragments:
-        lengths = read_index(f)
-        ends = np.cumsum(lengths)
-        with FileSystems.open(f.path, compression_type=_RAW) as src:
-            first = 0
-            while first < len(lengths):
-                start = int(ends[first - 1]) if first else 0
-                last = max(first + 1, int(np.searchsorted(ends, start + read_bytes, side="right")))
-                data = np.empty(int(ends[last - 1]) - start, np.uint8)
-                read_exactly(src, memoryview(data), f.path)
-                yield frames_array(data, offsets_of(lengths[first:last]))
-                first = last
+    """Yields the shard's frames, in input order, as Arrow arrays of at most ~`read_bytes` each."""
+    with RunReader(fragments) as reader:
+        for run in runs_in_input_order(fragments):
+            for first, last in _stretches(run.lengths, read_bytes):
+                part = _part(run, first, last)
+                yield frames_array(reader.bytes_of(part), offsets_of(part.lengths))
 
 
 def _loaded(fragments: list) -> pa.Array:
-    """Every frame of the shard, read straight into one buffer."""
+    """Every frame of the shard, in input order, read straight into one buffer."""
     buf = np.empty(sum(f.bytes for f in fragments), np.uint8)
-    lengths, at = [], 0
-    for f in fragments:
-        lengths.append(read_index(f))
-        with FileSystems.open(f.path, compression_type=_RAW) as src:
-            read_exactly(src, memoryview(buf)[at : at + f.bytes], f.path)
-        at += f.bytes
-    lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+    runs, at = runs_in_input_order(fragments), 0
+    with RunReader(fragments) as reader:
+        for run in runs:
+            n = int(run.lengths.sum())
+            reader.read(run, memoryview(buf)[at : at + n])
+            at += n
+    lengths = np.concatenate([r.lengths for r in runs]) if runs else np.zeros(0, np.int64)
     return frames_array(buf, offsets_of(lengths))
 
 

@@ -31,8 +31,8 @@ class Fragment:
     path: str
     records: int
     bytes: int
-    order: tuple  # (file index, range, chunk) of its first chunk: keeps source order when concatenated
-    segments: tuple  # frames per run, in file order
+    order: tuple  # each run's place in the input, (file index, range, chunk): the commit's order
+    segments: tuple  # frames per run, in the order written
     rows: int  # rows its frames hold: `records`, unless a frame is a block of rows
 
     @property
@@ -50,12 +50,13 @@ def read_index(f: Fragment) -> np.ndarray:
 
 
 class _Open:
-    def __init__(self, path: str, order: tuple):
-        self.path, self.order = path, order
+    def __init__(self, path: str):
+        self.path = path
         self.file = BackgroundWriter(FileSystems.create(path, compression_type=_RAW))
         self.index = FileSystems.create(path + INDEX_SUFFIX, compression_type=_RAW)
         self.records = self.bytes = self.rows = 0
         self.segments: list = []
+        self.order: list = []
 
 
 class FragmentWriter:
@@ -72,12 +73,13 @@ class FragmentWriter:
         if w is None:
             name = "-".join(f"{i:06d}" for i in where)
             path = f"{self._tmp_dir}/fragments/{split:03d}-{shard:05d}/{name}-{self._bundle}.tfrecord"
-            w = self._open[(split, shard)] = _Open(path, tuple(where))
+            w = self._open[(split, shard)] = _Open(path)
         w.file.write(data)
         w.index.write(np.asarray(lengths, "<i8").tobytes())
         w.records += len(lengths)
         w.bytes += len(data)
         w.segments.append(len(lengths))
+        w.order.append(tuple(where))
         w.rows += len(lengths) if rows is None else rows
 
     def close(self) -> list:
@@ -90,7 +92,9 @@ class FragmentWriter:
                     w.file.close()
                 finally:
                     w.index.close()
-                out.append(Fragment(split, shard, w.path, w.records, w.bytes, w.order, tuple(w.segments), w.rows))
+                out.append(
+                    Fragment(split, shard, w.path, w.records, w.bytes, tuple(w.order), tuple(w.segments), w.rows)
+                )
         except BaseException:
             self.abort()
             raise
