@@ -132,6 +132,92 @@ class RssSampler:
         return self.peak_mb - self.start_mb
 
 
+def _descendants(root: int) -> list:
+    """`root` and every process below it, from /proc (each process's parent in its stat)."""
+    children: dict = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):  # gone, or a kernel thread's odd name
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, ()))
+    return out
+
+
+class TreeSampler:
+    """Peak RSS of this process and all its descendants together, and each one's CPU
+    seconds, sampled every 50 ms in a thread: what a job that starts worker processes
+    (Beam's multi-process DirectRunner) costs in all. A process's CPU is its last
+    sample's (a worker's final ~50 ms may be missed); `cpu_s` groups them by role."""
+
+    def __init__(self, role_of=lambda cmdline: "child"):
+        self._role_of = role_of
+
+    def __enter__(self):
+        import threading
+
+        self.peak_mb = 0.0
+        self.peak_mb_by_role: dict = {}  # role -> peak of its processes' RSS together
+        self._cpu: dict = {}  # pid -> (role, CPU seconds at the last sample)
+        self._start_cpu = self._cpu_of(os.getpid())
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self):
+        while True:
+            self._sample()
+            if self._stop.wait(0.05):
+                return
+
+    @staticmethod
+    def _cpu_of(pid: int) -> float:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def _sample(self):
+        total, me, by_role = 0, os.getpid(), {}
+        for pid in _descendants(me):
+            try:
+                with open(f"/proc/{pid}/statm") as f:
+                    rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+                cpu = self._cpu_of(pid)
+                if pid not in self._cpu:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        role = "job" if pid == me else self._role_of(f.read().replace(b"\0", b" ").decode())
+                    self._cpu[pid] = (role, cpu)
+                self._cpu[pid] = (self._cpu[pid][0], cpu)
+            except OSError:  # exited between the listing and the read
+                continue
+            total += rss
+            by_role[self._cpu[pid][0]] = by_role.get(self._cpu[pid][0], 0) + rss
+        self.peak_mb = max(self.peak_mb, total / 2**20)
+        for role, rss in by_role.items():
+            self.peak_mb_by_role[role] = max(self.peak_mb_by_role.get(role, 0.0), rss / 2**20)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    @property
+    def cpu_s(self) -> dict:
+        """CPU seconds by role over the block ("job": this process, since `__enter__`)."""
+        out: dict = {}
+        for pid, (role, cpu) in self._cpu.items():
+            out[role] = out.get(role, 0.0) + (cpu - self._start_cpu if pid == os.getpid() else cpu)
+        return out
+
+
 def run_child(module: str, *args) -> dict:
     """Runs `python -m module args` and returns the JSON it prints last (own process: own peak RSS)."""
     out = subprocess.run(

@@ -11,10 +11,11 @@
    Parquet, in the default blocks layout and in the rows layout, on corpora with
    low-cardinality text (a dozen words) and high (every value distinct: --texts). Its
    start-up, a 1-row job, is measured apart and also taken off.
-3. One large CSV (--mp_gb) on the multi-process DirectRunner: 2 worker processes against 1.
+3. One large CSV (--mp_gb or --mp_rows) on the multi-process DirectRunner: 2 worker processes
+   against 1, with the peak RSS of all the job's processes and their CPU seconds.
 4. Peak RSS of the job, in a child process per corpus size.
 
-    python -m benchmarks.conversion [--rows 500000] [--runs 5] [--mp_gb 1] [--quick]
+    python -m benchmarks.conversion [--rows 500000] [--runs 5] [--mp_gb 1 | --mp_rows N] [--quick]
                                     [--texts low,high] [--parts encoder,job,mp,rss]
 """
 
@@ -255,24 +256,43 @@ def job_rates(args, tmp: str) -> tuple:
 # --- 3. multi-process DirectRunner ----------------------------------------------------------
 
 
+def _worker_role(cmdline: str) -> str:
+    return "workers" if "sdk_worker_main" in cmdline else "other"
+
+
 def multiprocess_rates(csv_path: str, out_dir: str, *, runs: int) -> list:
-    rates = {1: [], 2: []}
+    """1 and 2 SDK worker processes, alternating: rows/s, peak RSS of every process of
+    the job together, and CPU seconds of the runner's own process (it feeds the workers
+    over gRPC and runs the stages between them) and of the workers; medians."""
+    runs_of: dict = {1: [], 2: []}
     for _ in range(runs):
-        for workers in rates:
-            rates[workers].append(
-                _timed(
-                    job_convert,
+        for workers in runs_of:
+            with _measure.TreeSampler(_worker_role) as tree:
+                start = time.perf_counter()
+                rows = job_convert(
                     "csv",
                     csv_path,
                     out_dir,
                     "--direct_running_mode=multi_processing",
                     f"--direct_num_workers={workers}",
                 )
+                seconds = time.perf_counter() - start
+            cpu = tree.cpu_s
+            runs_of[workers].append(
+                {
+                    "rows_per_sec": rows / seconds,
+                    "seconds": seconds,
+                    "peak_rss_mb": tree.peak_mb,
+                    "runner_rss_mb": tree.peak_mb_by_role.get("job", 0.0),
+                    "workers_rss_mb": tree.peak_mb_by_role.get("workers", 0.0),
+                    "runner_cpu_s": cpu.get("job", 0.0),
+                    "workers_cpu_s": cpu.get("workers", 0.0),
+                }
             )
-    one = statistics.median(rates[1])
+    med = {w: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for w, rs in runs_of.items()}
     return [
-        {"workers": w, "rows_per_sec": statistics.median(r), "speedup": statistics.median(r) / one, "runs": len(r)}
-        for w, r in rates.items()
+        {"workers": w, **m, "speedup": m["rows_per_sec"] / med[1]["rows_per_sec"], "runs": len(runs_of[w])}
+        for w, m in med.items()
     ]
 
 
@@ -288,6 +308,7 @@ def main(argv=None) -> int:
     p.add_argument("--rows", type=int, default=500_000)
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--mp_gb", type=float, default=1.0, help="size of the CSV for the multi-process runs (0: skip)")
+    p.add_argument("--mp_rows", type=int, help="rows of the CSV for the multi-process runs (instead of --mp_gb)")
     p.add_argument("--mp_runs", type=int, default=3)
     p.add_argument("--rss_rows", default="100000,1000000", help="corpus sizes for the peak-RSS comparison")
     p.add_argument("--workdir", default="bench-out/data")
@@ -320,9 +341,9 @@ def main(argv=None) -> int:
 
     results["job"], results["startup_s"] = job_rates(args, tmp)
 
-    if args.mp_gb > 0 and "mp" in args.parts:
+    if (args.mp_rows or args.mp_gb > 0) and "mp" in args.parts:
         bytes_per_row = os.path.getsize(csv_path) / args.rows
-        mp_rows = math.ceil(args.mp_gb * 2**30 / bytes_per_row)
+        mp_rows = args.mp_rows or math.ceil(args.mp_gb * 2**30 / bytes_per_row)
         mp_csv = corpus.ensure_csv(args.workdir, mp_rows)
         results["multiprocess"] = multiprocess_rates(mp_csv, os.path.join(tmp, "job-mp"), runs=args.mp_runs)
         results["multiprocess_csv_mb"] = os.path.getsize(mp_csv) / 2**20
@@ -347,9 +368,12 @@ def main(argv=None) -> int:
     if "multiprocess" in results:
         print(
             f"\nOne {results['multiprocess_csv_mb']:.0f} MB CSV on the multi-process DirectRunner "
-            f"(median of {args.mp_runs} runs)\n"
+            f"(median of {args.mp_runs} runs, 1 and 2 workers alternating; RSS: every process of the job together; "
+            "CPU: the runner's own process, which feeds the workers, and the workers)\n"
         )
-        print(_measure.table(results["multiprocess"], ["workers", "rows_per_sec", "speedup", "runs"]))
+        columns = ["workers", "rows_per_sec", "speedup", "seconds", "peak_rss_mb", "runner_rss_mb", "workers_rss_mb"]
+        columns += ["runner_cpu_s", "workers_cpu_s"]
+        print(_measure.table(results["multiprocess"], columns + ["runs"]))
     if "rss" in results:
         print("\nPeak RSS of the conversion job (CSV, DirectRunner, own process)\n")
         print(_measure.table(results["rss"], ["rows", "peak_rss_mb"]))
