@@ -83,13 +83,14 @@ def _tail(report, start: int):
     return IdleReport(report.waits[start:], report.computes[start:], 0, report.examples, report.wall_seconds)
 
 
-def run(out: str, *, quick: bool, workdir: str, repeats: int | None = None) -> list:
-    """Every scenario; `repeats`: runs of each compared pipeline (None: 2 with `quick`, else REPEATS)."""
+def run(out: str, *, quick: bool, workdir: str, repeats: int | None = None, rows: int | None = None) -> list:
+    """Every scenario; `repeats`: runs of each compared pipeline (None: 2 with `quick`, else
+    REPEATS); `rows`: of the tabular corpus (None: 50,000 with `quick`, else 500,000)."""
     _plots.pyplot()  # without matplotlib, stop before the work rather than after it
     import ingest
     from benchmarks import pipelines
 
-    data = prepare(workdir, 50_000 if quick else 500_000)
+    data = prepare(workdir, rows or (50_000 if quick else 500_000))
     steps = 80 if quick else 400
     results, timelines = [], {}
 
