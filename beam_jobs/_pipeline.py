@@ -102,6 +102,8 @@ class _ConvertFiles(beam.DoFn):
         self._rows_read = Metrics.counter("ingest", "rows_read")
         self._rows_bad = Metrics.counter("ingest", "rows_quarantined")
         self._records = Metrics.counter("ingest", "records_written")
+        self._kept = Metrics.counter("ingest", "csv_items_parsed_once")
+        self._reparsed = Metrics.counter("ingest", "csv_items_parsed_again")
 
     def start_bundle(self):
         self._bundle = uuid.uuid4().hex[:12]
@@ -132,6 +134,11 @@ class _ConvertFiles(beam.DoFn):
         routing = _chunk.Routing(cfg.splits, decided.num_shards, cfg.shuffle, cfg.seed)
         position: dict = {}  # split -> records of this file part so far
         kept = KEPT.take(cfg.job_id, _item_key(item)) if cfg.source.infer else None
+        if cfg.source.infer:
+            # Parsed once when this process kept what type inference parsed; else again
+            # (another worker inferred it, or the kept chunks' budget was spent).
+            self._reparsed.inc(kept is None)
+            self._kept.inc(kept is not None)
         if kept is None:
             path, chunks = cfg.source.read(item)
             # The next chunk is read and parsed while this one is typed and encoded.

@@ -111,6 +111,36 @@ def test_csv_parsed_once_writes_what_parsing_twice_writes(tmp, monkeypatch, seed
     )
 
 
+def test_the_job_counts_items_parsed_once_and_again(tmp, monkeypatch):
+    from apache_beam.metrics.metric import MetricsFilter
+
+    from beam_jobs import convert
+
+    results, build = [], convert.build_pipeline
+
+    class Kept:  # the job's pipeline, its result kept for its metrics
+        def __init__(self, pipeline):
+            self.pipeline = pipeline
+
+        def run(self):
+            results.append(self.pipeline.run())
+            return results[-1]
+
+    monkeypatch.setattr(convert, "build_pipeline", lambda *a, **k: Kept(build(*a, **k)))
+
+    def counts(out):
+        _convert(src, out, "--csv_split_mb", "0.1")
+        found = results[-1].metrics().query(MetricsFilter().with_namespace("ingest"))["counters"]
+        named = {c.key.metric.name: c.committed for c in found}
+        return named.get("csv_items_parsed_once", 0), named.get("csv_items_parsed_again", 0)
+
+    src = write_corpus(tmp / "in", rows=2500, seed=3)
+    once, again = counts(tmp / "a")
+    assert once > 1 and again == 0  # several byte ranges, each kept by this one process
+    monkeypatch.setattr(_parsed_chunks.KEPT, "budget", 0)
+    assert counts(tmp / "b") == (0, once)
+
+
 def test_chunks_over_the_budget_are_read_again_and_another_jobs_are_never_taken():
     store = _parsed_chunks.ParsedChunks(budget_bytes=100)
 
