@@ -75,6 +75,7 @@ def test_one_and_three_workers_deliver_the_same_batches(dataset):
             assert [_digest(loader), _digest(loader)] == want, processes
 
 
+@pytest.mark.slow
 def test_workers_serve_after_a_library_set_a_default_socket_timeout(dataset):
     # Beam's GCP auth sets socket.setdefaulttimeout(60) in the process (a conversion to
     # gs:// before the loader, in a notebook or a test session): the workers' sockets made
@@ -362,6 +363,7 @@ def test_torchdatas_stateful_data_loader_saves_and_resumes_the_position(dataset)
     assert head + rest == want
 
 
+@pytest.mark.slow
 def test_a_global_seed_orders_the_loader_as_it_orders_make_dataset(dataset):
     import tensorflow as tf
 

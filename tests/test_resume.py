@@ -266,6 +266,7 @@ def _in_ingests_words(error, pattern: str) -> None:
     assert re.match(pattern, error.message), error.message
 
 
+@pytest.mark.slow
 def test_a_checkpoint_restored_with_another_seed_is_refused_and_without_one_takes_its_seed(dataset, tmp_path):
     """A seed given is the order asked for: a checkpoint of another seed would resume in its own order
     (it did, silently: seed=2 restored seed 1's next batches). seed=None restores the checkpoint's."""
@@ -372,6 +373,7 @@ def test_start_batch_seeks_to_that_batch_of_the_stream(dataset, start):
     assert _uninterrupted(ingest.make_dataset(dataset, start_batch=start, **kwargs), 12) == whole[start:]
 
 
+@pytest.mark.slow
 def test_tf_data_symbolic_checkpoints_when_asked_give_the_same_batches_and_seek_by_start_batch(dataset, tmp_path):
     # The default checkpoints the iterator's position, with tf.data's symbolic checkpoints off
     # (they cost a third to a half of the rate); asked for, tf.data's take over.

@@ -214,6 +214,7 @@ def test_a_seed_makes_block_runs_identical_and_another_seed_differs(both):
     assert run(7, options=small_windows) == run(7, options=small_windows)
 
 
+@pytest.mark.slow
 def test_each_pass_over_a_seeded_dataset_permutes_anew_and_reproducibly(both):
     # Keras' fit iterates a finite dataset anew each epoch: with a seed, the passes must
     # differ from each other (as tf.data's reshuffle_each_iteration does) yet repeat per seed.
@@ -528,6 +529,7 @@ def test_auto_cache_counts_the_parsed_columns_against_the_budget(both):
     assert target(2 * serialized + 1) is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "symbolic, cache", [(False, None), (True, None), (False, "memory")], ids=["plain", "symbolic", "cached-columns"]
 )
@@ -550,6 +552,7 @@ def test_checkpoint_restores_blocks_mid_epoch_to_the_next_batch(both, tmp_path, 
     assert rest == full[15 * 50 :] and len(full) == 8000
 
 
+@pytest.mark.slow
 def test_a_seeded_order_is_the_same_under_the_same_tensorflow_global_seed(both):
     # As tf.data's seeded ops: `seed` and the global seed (tf.random.set_seed,
     # keras.utils.set_random_seed) together decide the order (docs/runtime.md).
@@ -618,6 +621,7 @@ def test_blocks_of_images_are_refused_naming_the_layout(tmp_path):
         ingest.make_dataset(str(root), batch_size=2, image_size=(8, 8))
 
 
+@pytest.mark.slow
 def test_a_checkpoint_after_a_corrupt_block_was_skipped_resumes_to_the_next_batch(blocks_copy, tmp_path):
     path = _shard_path(blocks_copy)
     data = bytearray(open(path, "rb").read())

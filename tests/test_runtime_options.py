@@ -283,6 +283,7 @@ def test_shards_read_at_once_count_the_cores_this_process_may_use(tmp_path, monk
         assert int(tf.make_ndarray(cycle.attr["value"].tensor)) == want
 
 
+@pytest.mark.slow
 def test_the_device_probe_reports_each_variant_and_dataset(tabular, images, capsys):
     # benchmarks/device_probe.py runs on the GPU host, where nothing else checks it.
     import json

@@ -197,6 +197,7 @@ def test_two_worker_runner_merges_to_the_same_statistics(converted, tmp_path):
         _check_number(b["x"], part.column("x").combine_chunks())
 
 
+@pytest.mark.slow
 def test_blocks_layout_gathers_the_same_statistics_in_its_commit(converted, tmp_path):
     """Blocks gather statistics as each shard's runs of rows are read in the commit, rows
     as each chunk is read: the same numbers, merged over three shards a split and the

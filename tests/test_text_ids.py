@@ -128,6 +128,7 @@ def test_ids_build_no_string_tensor_from_the_blocks(dataset):
     assert any(tf.string.as_datatype_enum in n.attr["ragged_value_types"].list.type for n in parses)
 
 
+@pytest.mark.slow
 def test_every_row_comes_once_per_epoch_with_many_windows_in_flight(dataset):
     options = ingest.ReadOptions(num_parallel_calls=5, block_window=2)
     ds = ingest.make_dataset(dataset, batch_size=32, seed=3, num_epochs=2, text="ids", options=options)
@@ -157,6 +158,7 @@ def test_a_checkpoint_with_windows_in_flight_resumes_at_the_next_batch(dataset, 
     assert os.path.getsize(saved + ".data-00000-of-00001") < 16_384
 
 
+@pytest.mark.slow
 def test_a_later_span_keeps_every_id_and_adds_its_new_values(tmp_path):
     first = convert_table(tmp_path / "a", _table(0), "--label", "label", "--block_rows", "64")
     second_in = tmp_path / "b"
@@ -303,6 +305,7 @@ def test_feature_space_of_ids_encodes_each_row_as_that_of_strings_does(dataset, 
         np.testing.assert_array_equal(np.asarray(a[name]), np.asarray(b[name]))
 
 
+@pytest.mark.slow
 def test_feature_space_defaults_give_a_many_valued_text_its_recorded_ids(dataset):
     import keras
 
