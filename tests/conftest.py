@@ -154,13 +154,19 @@ def write_fragments(
     rng = np.random.default_rng(0)
     per_run = n // (fragments * runs)
     writers = [FragmentWriter(str(tmp), f"bundle{b}") for b in range(bundles or fragments)]
+    made = []
     for f in range(fragments):
         for r in range(runs):
             first = (f * runs + r) * per_run
             values = first + (rng.permutation(per_run) if shuffled_runs else np.arange(per_run))
-            data, lengths, rows = encode(f, r, values)
-            writer = writers[f if bundles is None else (f * runs + r) % bundles]
-            writer.append(0, 0, (f, 0, r), data, lengths, rows=rows)
+            made.append(((f, 0, r), encode(f, r, values)))
+    # Worker processes take work items in no fixed order: their bundles' runs lie in a
+    # fragment in another order than the input's.
+    order = range(len(made)) if bundles is None else np.random.default_rng(1).permutation(len(made))
+    for k in order:
+        where, (data, lengths, rows) = made[k]
+        writer = writers[where[0] if bundles is None else k % bundles]
+        writer.append(0, 0, where, data, lengths, rows=rows)
     return [fragment for w in writers for fragment in w.close()]
 
 

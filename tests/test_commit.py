@@ -106,6 +106,46 @@ def test_a_shard_is_the_same_bytes_whichever_bundles_wrote_its_runs(tmp_path, st
 
 
 @pytest.mark.parametrize("strategy", SHUFFLES + [None], ids=lambda s: s.__name__ if s else "concatenate")
+def test_a_shard_of_more_fragments_than_the_reader_keeps_open_is_whole(tmp_path, strategy, monkeypatch):
+    # A job with thousands of input files gives a shard a fragment each: the commit keeps
+    # a few open at a time (it held one per fragment, past the process's file limit).
+    now, most, open_ = [0], [0], commit_rows.FileSystems.open
+
+    class Counted:
+        def __init__(self, f):
+            self._f = f
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+
+        def __getattr__(self, name):
+            return getattr(self._f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.close()
+
+        def close(self):
+            now[0] -= 1
+            self._f.close()
+
+    monkeypatch.setattr(commit_rows.FileSystems, "open", lambda *a, **k: Counted(open_(*a, **k)))
+    monkeypatch.setattr(commit_rows, "_OPEN_FILES", 3)
+    fragments = _fragments(tmp_path, fragments=10, runs=5, shuffled_runs=strategy is not None, bundles=7)
+    out = io.BytesIO()
+    if strategy is None:
+        commit_rows.write_shard(fragments, out, rng=None)
+    else:
+        budget = SMALL if strategy is not commit_rows.interleave_runs else commit_rows.Budget(max_merged_runs=64)
+        strategy(fragments, out, np.random.default_rng(5), budget)
+    assert now[0] == 0 and most[0] <= (7 if strategy is commit_rows.interleave_runs else 3)
+    assert sorted(_values(out)) == list(range(N))
+    if strategy is None:
+        assert _values(out) == list(range(N))
+
+
+@pytest.mark.parametrize("strategy", SHUFFLES + [None], ids=lambda s: s.__name__ if s else "concatenate")
 def test_a_truncated_fragment_is_an_error_naming_it(tmp_path, strategy):
     fragments = _fragments(tmp_path)
     with open(fragments[1].path, "r+b") as f:

@@ -13,6 +13,7 @@ last block is short.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 
@@ -24,7 +25,7 @@ from apache_beam.io.filesystems import FileSystems
 from beam_jobs._errors import full_disk_named
 from beam_jobs.encode.blocks import encode_blocks
 from beam_jobs.encode.tfrecord import key_ranges
-from beam_jobs.output.commit_rows import Budget, RunReader, runs_in_input_order
+from beam_jobs.output.commit_rows import Budget, RunReader, coalesced, runs_in_input_order
 from ingest import contract
 
 __all__ = ["run_bytes", "write_block_shard", "write_block_index"]
@@ -129,18 +130,18 @@ def write_block_shard(
     `vocabularies`: {column: its vocabulary}, for each block dictionary's ids (`F/ids`)."""
     fragments = sorted(fragments, key=lambda f: f.path)
     sink = _BlockSink(out, block_rows, defaults, vocabularies)
-    runs = _seen(fragments, on_rows)
     total_bytes = sum(f.bytes for f in fragments)
-    if rng is None:
-        for table in runs:
-            sink.add(table)
-    elif total_bytes <= budget.in_memory_bytes:
-        tables = list(runs)
-        if tables:
-            whole = _concat(tables)
-            sink.add(whole.take(rng.permutation(whole.num_rows)))
-    else:
-        _through_buckets(runs, total_bytes, sink, rng, budget)
+    with contextlib.closing(_seen(fragments, on_rows)) as runs:  # its files closed on an error too
+        if rng is None:
+            for table in runs:
+                sink.add(table)
+        elif total_bytes <= budget.in_memory_bytes:
+            tables = list(runs)
+            if tables:
+                whole = _concat(tables)
+                sink.add(whole.take(rng.permutation(whole.num_rows)))
+        else:
+            _through_buckets(runs, total_bytes, sink, rng, budget)
     sink.close()
     return sink.frame_lengths
 
@@ -158,7 +159,7 @@ def _seen(fragments: list, on_rows):
     whichever bundles wrote them), each shown to `on_rows` first (if given)."""
     index = 0
     with RunReader(fragments) as reader:
-        for run in runs_in_input_order(fragments):
+        for run in coalesced(runs_in_input_order(fragments)):
             for table in _tables(reader.bytes_of(run), run.lengths):
                 if on_rows is not None and table.num_rows:
                     on_rows(_columns(table), table.num_rows, index)

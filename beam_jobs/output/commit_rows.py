@@ -14,6 +14,7 @@ RSS stays flat from small corpora to large ones.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import tempfile
@@ -32,6 +33,7 @@ __all__ = [
     "Run",
     "runs_in_input_order",
     "RunReader",
+    "coalesced",
     "choose_strategy",
     "concatenate",
     "interleave_runs",
@@ -84,7 +86,7 @@ def runs_in_input_order(fragments: list) -> list:
     keyed = []
     for i, f in enumerate(fragments):
         lengths, first, byte = read_index(f), 0, 0
-        for place, count in zip(f.order, f.segments):
+        for place, count in zip(f.order, f.segments, strict=True):
             run = lengths[first : first + count]
             keyed.append(((tuple(place), f.path), Run(i, byte, run)))
             byte += int(run.sum())
@@ -93,19 +95,30 @@ def runs_in_input_order(fragments: list) -> list:
     return [run for _, run in keyed]
 
 
-class RunReader:
-    """Reads runs (or stretches of them) from the shard's fragments: each file is opened
-    when first read and stays open until the reader closes."""
+# Fragment files a reader keeps open at once. Runs are read in input order, and with several
+# workers consecutive runs come from different bundles' fragments; a shard of a job with
+# thousands of input files would otherwise hold a file (and, on GCS, a 16 MB read buffer)
+# open for each fragment.
+_OPEN_FILES = 16
 
-    def __init__(self, fragments: list):
-        self._fragments, self._files = fragments, {}
+
+class RunReader:
+    """Reads runs (or stretches of them) from the shard's fragments. A file is opened when
+    first read; at most `max_open` stay open, the least recently read closed first (and
+    opened again if read again), and all close with the reader."""
+
+    def __init__(self, fragments: list, max_open: int | None = None):
+        self._fragments, self._max_open = fragments, max_open or _OPEN_FILES
+        self._files: dict = {}  # fragment position -> open file, least recently read first
 
     def read(self, run: Run, view: memoryview, skip: int = 0) -> None:
         """Fills `view` from `run`'s bytes, `skip` bytes in."""
-        src = self._files.get(run.fragment)
+        src = self._files.pop(run.fragment, None)
         if src is None:
-            path = self._fragments[run.fragment].path
-            src = self._files[run.fragment] = FileSystems.open(path, compression_type=_RAW)
+            while len(self._files) >= self._max_open:
+                self._files.pop(next(iter(self._files))).close()
+            src = FileSystems.open(self._fragments[run.fragment].path, compression_type=_RAW)
+        self._files[run.fragment] = src  # now the most recently read
         src.seek(run.byte + skip)
         read_exactly(src, view, self._fragments[run.fragment].path)
 
@@ -115,15 +128,29 @@ class RunReader:
         return buf
 
     def close(self) -> None:
-        for f in self._files.values():
+        files, self._files = self._files, {}
+        for f in files.values():
             f.close()
-        self._files = {}
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
+
+
+def coalesced(runs: list) -> list:
+    """The runs with each one that continues the one before in the same fragment (the
+    next chunk of one work item, as one worker wrote them) merged into it: fewer, larger
+    reads."""
+    out: list = []
+    for run in runs:
+        last = out[-1] if out else None
+        if last is not None and last.fragment == run.fragment and last.byte + int(last.lengths.sum()) == run.byte:
+            out[-1] = Run(last.fragment, last.byte, np.concatenate([last.lengths, run.lengths]))
+        else:
+            out.append(run)
+    return out
 
 
 def write_shard(fragments: list, out, *, rng: np.random.Generator | None, budget: Budget = Budget()) -> int:
@@ -141,7 +168,7 @@ def write_shard(fragments: list, out, *, rng: np.random.Generator | None, budget
 def concatenate(fragments: list, out, budget: Budget = Budget()) -> int:
     records = 0
     with RunReader(fragments) as reader:
-        for run in runs_in_input_order(fragments):
+        for run in coalesced(runs_in_input_order(fragments)):
             for first, last in _stretches(run.lengths, budget.read_bytes):
                 out.write(reader.bytes_of(_part(run, first, last)))
             records += len(run.lengths)
@@ -164,7 +191,8 @@ def interleave_runs(fragments: list, out, rng, budget: Budget) -> int:
     taken = np.zeros(len(runs), np.int64)
     total_bytes = sum(f.bytes for f in fragments)
     step = max(1, len(labels) * budget.write_bytes // max(total_bytes, 1))
-    with RunReader(fragments) as reader:
+    # Every slice reads from every run: all their files stay open (max_merged_runs bounds them).
+    with RunReader(fragments, max_open=len(fragments)) as reader:
         for start in range(0, len(labels), step):
             drawn = labels[start : start + step]
             counts = np.bincount(drawn, minlength=len(runs))
@@ -194,11 +222,12 @@ def permute_in_memory(fragments: list, out, rng, budget: Budget) -> int:
 def bucket_on_disk(fragments: list, out, rng, budget: Budget) -> int:
     buckets = max(1, -(-sum(f.bytes for f in fragments) // budget.bucket_bytes))
     records = 0
-    with tempfile.TemporaryDirectory(prefix="ingest-commit-") as tmp, full_disk_named(tmp):
+    pieces = _pieces(fragments, budget.read_bytes)
+    with contextlib.closing(pieces), tempfile.TemporaryDirectory(prefix="ingest-commit-") as tmp, full_disk_named(tmp):
         files = [open(os.path.join(tmp, f"b{i}"), "w+b") for i in range(buckets)]
         sizes = [[] for _ in range(buckets)]
         try:
-            for piece in _pieces(fragments, budget.read_bytes):
+            for piece in pieces:
                 bucket_of = rng.integers(0, buckets, size=len(piece))
                 grouped = piece.take(np.argsort(bucket_of, kind="stable"))
                 for b, data, lengths in grouped_frames(grouped, np.bincount(bucket_of, minlength=buckets)):
@@ -234,21 +263,27 @@ def _part(run: Run, first: int, last: int) -> Run:
 def _pieces(fragments: list, read_bytes: int):
     """Yields the shard's frames, in input order, as Arrow arrays of at most ~`read_bytes` each."""
     with RunReader(fragments) as reader:
-        for run in runs_in_input_order(fragments):
+        for run in coalesced(runs_in_input_order(fragments)):
             for first, last in _stretches(run.lengths, read_bytes):
                 part = _part(run, first, last)
                 yield frames_array(reader.bytes_of(part), offsets_of(part.lengths))
 
 
 def _loaded(fragments: list) -> pa.Array:
-    """Every frame of the shard, in input order, read straight into one buffer."""
-    buf = np.empty(sum(f.bytes for f in fragments), np.uint8)
-    runs, at = runs_in_input_order(fragments), 0
-    with RunReader(fragments) as reader:
-        for run in runs:
-            n = int(run.lengths.sum())
-            reader.read(run, memoryview(buf)[at : at + n])
-            at += n
+    """Every frame of the shard, in input order, read straight into one buffer: each
+    fragment front to back (its runs in the order they lie in it: one sequential read,
+    one file open at a time), each run into its place in input order."""
+    runs = runs_in_input_order(fragments)
+    at = np.cumsum([0] + [int(r.lengths.sum()) for r in runs])
+    buf = np.empty(int(at[-1]), np.uint8)
+    by_fragment: dict = {}
+    for place, run in enumerate(runs):
+        by_fragment.setdefault(run.fragment, []).append((run.byte, place))
+    for i, placed in sorted(by_fragment.items()):
+        with FileSystems.open(fragments[i].path, compression_type=_RAW) as src:
+            for byte, place in sorted(placed):
+                src.seek(byte)
+                read_exactly(src, memoryview(buf)[at[place] : at[place + 1]], fragments[i].path)
     lengths = np.concatenate([r.lengths for r in runs]) if runs else np.zeros(0, np.int64)
     return frames_array(buf, offsets_of(lengths))
 
