@@ -155,7 +155,9 @@ class TreeSampler:
     """Peak RSS of this process and all its descendants together, and each one's CPU
     seconds, sampled every 50 ms in a thread: what a job that starts worker processes
     (Beam's multi-process DirectRunner) costs in all. A process's CPU is its last
-    sample's (a worker's final ~50 ms may be missed); `cpu_s` groups them by role."""
+    sample's (a worker's final ~50 ms may be missed); `cpu_s` groups them by role. RSS is
+    whole processes: this one's includes what ran in it before the block, and a worker
+    of an earlier job still exiting is counted."""
 
     def __init__(self, role_of=lambda cmdline: "child"):
         self._role_of = role_of
@@ -166,7 +168,12 @@ class TreeSampler:
         self.peak_mb = 0.0
         self.peak_mb_by_role: dict = {}  # role -> peak of its processes' RSS together
         self._cpu: dict = {}  # pid -> (role, CPU seconds at the last sample)
-        self._start_cpu = self._cpu_of(os.getpid())
+        self._start_cpu: dict = {}  # pid -> its CPU seconds when the block began, if it ran then
+        for pid in _descendants(os.getpid()):
+            try:
+                self._start_cpu[pid] = self._cpu_of(pid)
+            except OSError:
+                continue
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -191,7 +198,7 @@ class TreeSampler:
                 with open(f"/proc/{pid}/statm") as f:
                     rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
                 cpu = self._cpu_of(pid)
-                if pid not in self._cpu:
+                if self._cpu.get(pid, ("other",))[0] == "other":  # new, or caught before its exec
                     with open(f"/proc/{pid}/cmdline", "rb") as f:
                         role = "job" if pid == me else self._role_of(f.read().replace(b"\0", b" ").decode())
                     self._cpu[pid] = (role, cpu)
@@ -211,10 +218,11 @@ class TreeSampler:
 
     @property
     def cpu_s(self) -> dict:
-        """CPU seconds by role over the block ("job": this process, since `__enter__`)."""
+        """CPU seconds by role over the block ("job": this process, the sampler's own
+        thread included); a process that ran before the block counts from its start."""
         out: dict = {}
         for pid, (role, cpu) in self._cpu.items():
-            out[role] = out.get(role, 0.0) + (cpu - self._start_cpu if pid == os.getpid() else cpu)
+            out[role] = out.get(role, 0.0) + cpu - self._start_cpu.get(pid, 0.0)
         return out
 
 

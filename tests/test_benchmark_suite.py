@@ -83,7 +83,8 @@ def test_quick_conversion_benchmark_reports_every_comparison(tmp_path):
         ("job_csv", "high"),
         ("job_parquet", "high"),
     ]
-    assert 0 < results["startup_s"] < min(r["seconds"] for r in results["job"] if r["converter"] != "naive")
+    # Timed, not compared: on 20k rows a loaded machine ran a whole job faster than its median 1-row one.
+    assert results["startup_s"] > 0 and all(r["seconds"] > 0 for r in results["job"] if r["converter"] != "naive")
     assert [r["workers"] for r in results["multiprocess"]] == [1, 2]
     assert all(r["peak_rss_mb"] > 0 and r["workers_cpu_s"] > 0 for r in results["multiprocess"])
     assert [r["rows"] for r in results["rss"]] == [5000, 20000]

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from beam_jobs.sources.image_listing import ITEM_IMAGES
 from ingest import contract
 from tests.conftest import quarantine_lines, read_examples, run_convert, write_text
 
@@ -210,13 +211,15 @@ def test_images_with_a_bad_one(tmp):
     from PIL import Image
 
     rng = np.random.default_rng(9)
+    # More images than one work item holds (ITEM_IMAGES, 128): the workers split them.
     for label in ("cat", "dog", "eel"):
-        for i in range(12):
+        for i in range(50):
             path = tmp / "in" / label / f"{i}.png"
             path.parent.mkdir(parents=True, exist_ok=True)
             Image.fromarray(rng.integers(0, 256, (16, 24, 3), dtype=np.uint8), "RGB").save(path, "PNG")
     (tmp / "in" / "dog" / "broken.png").write_bytes(b"not a picture")
     args = ["--source", "images", "--input", tmp / "in", "--max_bad_fraction", "0.1", "--splits", "train=0.7,eval=0.3"]
+    assert 3 * 50 + 1 > ITEM_IMAGES
     one = run_convert(*args, "--output", tmp / "one")
     run_convert(*args, "--output", tmp / "two", *TWO_WORKERS)
     assert one.quarantine["records"] == 1
@@ -314,9 +317,11 @@ def test_a_worker_killed_mid_job_leaves_the_old_dataset_whole_and_the_rerun_is_e
         except subprocess.TimeoutExpired:
             pass
     finally:
-        if job.poll() is None:
+        try:  # the job and whatever it started (the other worker), whether it ended or not
             os.killpg(job.pid, signal.SIGKILL)
-            job.wait()
+        except ProcessLookupError:
+            pass
+        job.wait()
     # However the job ended, the directory holds one whole dataset: the old one, or the new
     # one complete (the in-process job's).
     now = _files(tmp / "out"), _metadata(tmp / "out", quantiles=False)
