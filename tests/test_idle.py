@@ -139,13 +139,15 @@ def test_the_meter_reads_the_analytic_idle_of_producers_of_known_speed(kind, fac
 
     batches = max(40, int(300 / _nominal_ms(kind)))
     errors, crowded = [], []
-    # Up to three tries that had a core to themselves: the other core may be busy (a spin
+    # Up to five tries that had a core to themselves: the other core may be busy (a spin
     # loop, the other test process), but a try during which other processes took more
     # than one core (a test's worker processes: three busy processes on two cores slowed
     # a 1 ms producer ~3x mid-try and read 0.25-0.47 idle for 0 on every try of a run) does
-    # not count, and up to six such are tried again. A meter with a floor of its own (the
-    # old next() per batch read 0.39 for 0) is off on every try that counts.
-    while len(errors) < 3 and len(crowded) < 6:
+    # not count, and up to six such are tried again. Five, not three: with the other test
+    # process bursting (within one core on average) a 1 ms producer read 0.088, 0.065 and
+    # 0.054 idle for 0 on three tries running. A meter with a floor of its own (the old
+    # next() per batch read 0.39 for 0) is off on every try that counts.
+    while len(errors) < 5 and len(crowded) < 6:
         start = Machine.read()
         before = batch_time_ms(_producer(kind), batches=batches)
         step = factor * before
