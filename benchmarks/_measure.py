@@ -132,7 +132,7 @@ class RssSampler:
         return self.peak_mb - self.start_mb
 
 
-def _descendants(root: int) -> list:
+def descendants(root: int) -> list:
     """`root` and every process below it, from /proc (each process's parent in its stat)."""
     children: dict = {}
     for entry in os.listdir("/proc"):
@@ -169,7 +169,7 @@ class TreeSampler:
         self.peak_mb_by_role: dict = {}  # role -> peak of its processes' RSS together
         self._cpu: dict = {}  # pid -> (role, CPU seconds at the last sample)
         self._start_cpu: dict = {}  # pid -> its CPU seconds when the block began, if it ran then
-        for pid in _descendants(os.getpid()):
+        for pid in descendants(os.getpid()):
             try:
                 self._start_cpu[pid] = self._cpu_of(pid)
             except OSError:
@@ -193,7 +193,7 @@ class TreeSampler:
 
     def _sample(self):
         total, me, by_role = 0, os.getpid(), {}
-        for pid in _descendants(me):
+        for pid in descendants(me):
             try:
                 with open(f"/proc/{pid}/statm") as f:
                     rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

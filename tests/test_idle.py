@@ -19,6 +19,7 @@ def _paced(n, per_batch_ms=PER_BATCH_MS, prefetch=False):
     return ds.prefetch(4) if prefetch else ds
 
 
+@pytest.mark.alone
 def test_step_of_half_the_batch_time_reads_about_half_idle():
     report = ingest.measure_idle(_paced(70), step_time_ms=PER_BATCH_MS / 2, warmup_steps=10)
     assert 0.40 < report.idle_fraction < 0.60
@@ -26,6 +27,7 @@ def test_step_of_half_the_batch_time_reads_about_half_idle():
     assert report.steps == 60 and len(report.waits) == 70
 
 
+@pytest.mark.alone
 def test_ample_headroom_reads_about_zero_idle():
     report = ingest.measure_idle(_paced(60, per_batch_ms=5, prefetch=True), step_time_ms=2 * 5 * 2, warmup_steps=10)
     assert report.idle_fraction < 0.02
@@ -33,6 +35,7 @@ def test_ample_headroom_reads_about_zero_idle():
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_without_prefetch_the_load_adds_to_the_step():
     # The reference's scenario: a 200-unit step, a 150-unit load; scaled to ms/5 here.
     def load(i):
@@ -59,6 +62,7 @@ def test_report_summary_and_distributions():
         ingest.measure_idle(_paced(5), step_time_ms=1)
 
 
+@pytest.mark.alone
 def test_a_keras_step_is_timed_on_free_input_and_laid_on_the_timeline():
     x = np.random.default_rng(0).normal(size=(640, 256)).astype("float32")
     y = (x.sum(axis=1) > 0).astype("int64")
@@ -132,6 +136,7 @@ def _producer(kind: str) -> tf.data.Dataset:
         pytest.param("sleep_25000us", 2.0, marks=pytest.mark.slow),
     ],
 )
+@pytest.mark.alone
 def test_the_meter_reads_the_analytic_idle_of_producers_of_known_speed(kind, factor):
     """A producer's per-batch time P, measured in the graph; a device step of factor * P
     idles max(0, 1 - factor) of the time. Steps from ~0.06 ms to ~50 ms."""

@@ -259,24 +259,17 @@ def test_write_dataset_from_two_workers_holds_the_same_records(tmp):
 
 
 def _workers(root: int) -> list:
-    """PIDs of the SDK worker processes below `root` (the runner starts each through a shell),
-    from /proc: each process's parent is in its stat, its command line in its cmdline."""
-    parent, cmdline = {}, {}
-    for entry in filter(str.isdigit, os.listdir("/proc")):
+    """PIDs of the SDK worker processes below `root` (the runner starts each through a shell)."""
+    from benchmarks._measure import descendants
+
+    def cmdline(pid) -> bytes:
         try:
-            with open(f"/proc/{entry}/stat") as f:
-                parent[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline[int(entry)] = f.read()
-        except (OSError, IndexError, ValueError):  # gone since the listing
-            continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                return f.read()
+        except OSError:  # gone since the listing
+            return b""
 
-    def below(pid):
-        while pid in parent and pid != root:
-            pid = parent[pid]
-        return pid == root
-
-    return [p for p, cmd in cmdline.items() if b"sdk_worker_main" in cmd and b"/bin/sh" not in cmd and below(p)]
+    return [p for p in descendants(root)[1:] if b"sdk_worker_main" in (c := cmdline(p)) and b"/bin/sh" not in c]
 
 
 def _writing_fragments(out) -> bool:
