@@ -83,15 +83,26 @@ def _tail(report, start: int):
     return IdleReport(report.waits[start:], report.computes[start:], 0, report.examples, report.wall_seconds)
 
 
-def run(out: str, *, quick: bool, workdir: str, repeats: int | None = None, rows: int | None = None) -> list:
+def run(
+    out: str,
+    *,
+    quick: bool,
+    workdir: str,
+    repeats: int | None = None,
+    rows: int | None = None,
+    steps: int | None = None,
+    images: int | None = None,
+) -> list:
     """Every scenario; `repeats`: runs of each compared pipeline (None: 2 with `quick`, else
-    REPEATS); `rows`: of the tabular corpus (None: 50,000 with `quick`, else 500,000)."""
+    REPEATS); `rows`: of the tabular corpus (None: 50,000 with `quick`, else 500,000);
+    `steps`: measured a tabular pipeline (None: 80 with `quick`, else 400); `images`: of the
+    image corpus (None: 300 with `quick`, else 2,000)."""
     _plots.pyplot()  # without matplotlib, stop before the work rather than after it
     import ingest
     from benchmarks import pipelines
 
     data = prepare(workdir, rows or (50_000 if quick else 500_000))
-    steps = 80 if quick else 400
+    steps = steps or (80 if quick else 400)
     results, timelines = [], {}
 
     for prefetch in (False, True):
@@ -136,7 +147,7 @@ def run(out: str, *, quick: bool, workdir: str, repeats: int | None = None, rows
         results.append(_repeated("cache", name, reports))
 
     results += _layouts(workdir, data.records, steps)
-    results += _images(workdir, quick=quick)
+    results += _images(workdir, quick=quick, count=images)
 
     _measure.write_json(out, "results.json", results)
     _draw(results, timelines, out, step_ms)
@@ -175,7 +186,7 @@ def _layouts(workdir: str, rows: int, steps: int) -> list:
     return results
 
 
-def _images(workdir: str, *, quick: bool) -> list:
+def _images(workdir: str, *, quick: bool, count: int | None) -> list:
     """Image decode as the input bottleneck of a ResNet-style classifier."""
     import glob
 
@@ -184,7 +195,7 @@ def _images(workdir: str, *, quick: bool) -> list:
     import ingest
     from benchmarks import images
 
-    count = 300 if quick else 2000
+    count = count or (300 if quick else 2000)
     root = corpus.ensure_images(workdir, count)
     files = sorted(glob.glob(os.path.join(root, "*", "*.jpg")))
     dataset = os.path.join(workdir, f"images-ds-{os.path.basename(root)}")

@@ -15,7 +15,10 @@ from benchmarks import suite
 def test_quick_suite_writes_results_table_and_plots(tmp_path):
     # One run a pipeline: the verdicts' weighing of repeated runs is tested on given numbers
     # (tests/test_benchmark_noise.py); this proves the suite runs end to end.
-    results = suite.run(str(tmp_path / "out"), quick=True, workdir=str(tmp_path / "data"), repeats=1, rows=20_000)
+    # At a fraction of --quick's sizes (50k rows, 80 steps, 300 images: 75 s of CPU).
+    results = suite.run(
+        str(tmp_path / "out"), quick=True, workdir=str(tmp_path / "data"), repeats=1, rows=20_000, steps=40, images=64
+    )
     written = json.load(open(tmp_path / "out" / "results.json"))
     assert written == results
     pairs = {(r["scenario"], r["pipeline"]) for r in results}
