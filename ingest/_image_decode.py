@@ -22,7 +22,7 @@ __all__ = ["decode_fn", "finish_fn", "window_fn", "RAW"]
 
 _DTYPES = {"uint8": tf.uint8, "float32": tf.float32, "bfloat16": tf.bfloat16}
 _EVAL_CROP_FRACTION = 0.875
-_SCALES = tf.constant([2, 4, 8])  # libjpeg's DCT scaling factors beyond 1
+_SCALES = (2, 4, 8)  # libjpeg's DCT scaling factors beyond 1 (a tensor made at import would start TF's runtime)
 RAW = "raw"  # the stored format of `--reencode raw`: uint8 RGB pixels, row-major [height, width, 3]
 
 
@@ -131,7 +131,8 @@ def _jpeg(encoded, crop_seed, window, spec):
     y, x, h, w = window(tf.image.extract_jpeg_shape(encoded), crop_seed)
     # Windows at least 2x, 4x or 8x the output are decoded at that reduced scale by the
     # IDCT itself (libjpeg DCT scaling); the window is given in scaled coordinates.
-    fits = tf.logical_and(h >= _SCALES * spec.size[0], w >= _SCALES * spec.size[1])
+    scales = tf.constant(_SCALES, h.dtype)
+    fits = tf.logical_and(h >= scales * spec.size[0], w >= scales * spec.size[1])
     scale = tf.reduce_sum(tf.cast(fits, tf.int32))
 
     def at(ratio):

@@ -313,6 +313,38 @@ def test_a_killed_worker_is_an_error_naming_it_not_a_hang(dataset):
 
 
 @pytest.mark.slow
+def test_workers_are_forked_from_one_template_and_end_with_it(dataset):
+    with ingest.loader(dataset, processes=2, batch_size=BATCH, seed=1, num_epochs=None, options=OPTIONS) as loader:
+        it = iter(loader)
+        next(it)
+        workers = loader._stream.workers
+        template = workers.template.proc
+        assert [_parent(p.pid) for p in workers.procs] == [template.pid] * 2
+        template.kill()
+        ended = r"ingest worker \d of 2 \(pid \d+\) ended with the worker template"
+        with pytest.raises(ingest.WorkerError, match=ended):
+            for _ in range(10_000):
+                next(it)
+    assert _gone([p.pid for p in workers.procs] + [template.pid], within=10)
+
+
+def _parent(pid) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def test_the_template_refuses_to_fork_once_tensorflows_runtime_runs():
+    import tensorflow as tf
+
+    from ingest.stream import _template
+
+    tf.constant(1) + 1  # this process's runtime runs (the template's must not: a fork copies its locks)
+    assert _template._runtime_threads()
+    with pytest.raises(RuntimeError, match="started TensorFlow's runtime .*make it inside a function"):
+        _template._preload()
+
+
+@pytest.mark.slow
 def test_the_trainer_does_not_import_tensorflow_with_worker_processes(dataset):
     code = textwrap.dedent(
         f"""

@@ -2,7 +2,9 @@
 
     trainer process                                 worker process k of K (started once)
     ---------------                                 ------------------------------------
-    loader(path, to="torch")                        python -m ingest.stream._worker
+    loader(path, to="torch")                        forked from the template process
+                                                    (python -m ingest.stream._template,
+                                                    TensorFlow imported once for all K)
       Stream --spec (make_dataset's keywords)-->      builds the seekable order once, for
              <--ready (window rows, columns)---       windows w with w % K == k (TensorFlow
                                                       imported here, pinned to its cores)
@@ -22,7 +24,8 @@ state. A worker that fails sends its error; one that dies closes its socket and 
 consumer raises at once, naming it; workers end with the loader, at exit, or, if the
 trainer is killed, by their own check of their parent.
 
-Memory: each worker is a TensorFlow process (~320 MB before data, here) holding
+Memory: each worker is a TensorFlow process (~320 MB before data, here, the imported
+modules' pages shared with the template until written) holding
 `slots` windows in shared memory (2) and its tf.data buffers (`window_calls` windows
 being parsed, one prefetched): about K x (320 MB + (slots + window_calls + 1) x window
 bytes), a window >= 81,920 rows. Measured (PSS of all processes, 500k-row numeric

@@ -1,11 +1,12 @@
 """The consumer's side of the worker processes: start them, hear from them, end them.
 
-A worker is a plain `python -m ingest.stream._worker` process (not multiprocessing's
-spawn, which would import the trainer's `__main__` again in every worker) holding one end
+Workers are forked by one template process (`ingest.stream._template`, a plain `python
+-m` process: not multiprocessing's spawn or forkserver, which would import the trainer's
+`__main__` again in every worker) that imports TensorFlow once. Each worker holds one end
 of a socket pair. A worker that dies closes its end: the consumer's next read of it gets
-EOF at once and raises, naming the worker and how it ended. Workers end with the
-consumer's `close()`, its garbage collection, the interpreter's exit, or (killed
-consumer) their own check that their parent is gone.
+EOF at once and raises, naming the worker and how it ended (the template reaps it and
+says). Workers end with the consumer's `close()`, its garbage collection, the
+interpreter's exit, or (killed consumer) the template's end.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 import weakref
 from multiprocessing import reduction
 from multiprocessing.connection import Connection, wait
@@ -54,29 +57,27 @@ class Workers:
         self.count = workers
         cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         pinned = core_slices(cores, workers) if pin and cores else [None] * workers
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH")) if p)
+        self.template = _Template()
         self.procs, self.conns = [], []
-        for k in range(workers):
-            mine, theirs = socket.socketpair()
-            # Blocking whatever socket.setdefaulttimeout says (Beam's GCP auth sets 60 s): a
-            # timeout makes the descriptor non-blocking, and a worker's read of it would
-            # raise BlockingIOError whenever no message is there yet.
-            mine.setblocking(True)
-            theirs.setblocking(True)
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "ingest.stream._worker", str(theirs.fileno()), str(os.getpid())],
-                pass_fds=[theirs.fileno()],
-                env=env,
-                stdin=subprocess.DEVNULL,
-            )
-            theirs.close()
-            conn = Connection(mine.detach())
-            conn.send(dict(spec, worker=k, workers=workers, slots=slots, cores=pinned[k]))
-            self.procs.append(proc)
-            self.conns.append(conn)
+        try:
+            for k in range(workers):
+                mine, theirs = socket.socketpair()
+                # Blocking whatever socket.setdefaulttimeout says (Beam's GCP auth sets 60 s): a
+                # timeout makes the descriptor non-blocking, and a worker's read of it would
+                # raise BlockingIOError whenever no message is there yet.
+                mine.setblocking(True)
+                theirs.setblocking(True)
+                pid = self.template.fork(k, theirs)
+                theirs.close()
+                conn = Connection(mine.detach())
+                conn.send(dict(spec, worker=k, workers=workers, slots=slots, cores=pinned[k]))
+                self.procs.append(_Forked(self.template, k, pid))
+                self.conns.append(conn)
+        except BaseException:
+            _end(self.template, self.procs, self.conns, [])
+            raise
         self.buffers = [[None] * slots for _ in range(workers)]
-        self._finalizer = weakref.finalize(self, _end, self.procs, self.conns, self.buffers)
+        self._finalizer = weakref.finalize(self, _end, self.template, self.procs, self.conns, self.buffers)
 
     def ready(self) -> list:
         """Each worker's facts once its graph is built (raises if one failed)."""
@@ -124,9 +125,12 @@ class Workers:
             code = proc.wait(timeout=2.0)
         except subprocess.TimeoutExpired:
             code = None
+        template = self.template.proc
         if code is not None and code < 0:
             how = f"was killed by {signal.Signals(-code).name}"
             hint = " (SIGKILL: often the out-of-memory killer; see dmesg)" if code == -signal.SIGKILL else ""
+        elif code is None and template.poll() is not None:  # it ends itself when its parent goes
+            how, hint = f"ended with the worker template (pid {template.pid}, exit code {template.returncode})", ""
         else:
             how, hint = f"exited with code {code}", ""
         return WorkerError(
@@ -142,7 +146,7 @@ class Workers:
         return not self._finalizer.alive
 
 
-def _end(procs: list, conns: list, buffers: list) -> None:
+def _end(template, procs: list, conns: list, buffers: list) -> None:
     for conn in conns:
         try:
             conn.send(("stop",))
@@ -153,10 +157,117 @@ def _end(procs: list, conns: list, buffers: list) -> None:
             proc.wait(timeout=_STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait()
+            proc.wait(timeout=_STOP_TIMEOUT_S)
     for conn in conns:
         conn.close()
     for row in buffers:
         for buffer in row:
             if buffer is not None:
                 buffer.close()
+    template.close()
+
+
+class _Template:
+    """The template process (see `ingest.stream._template`) and what it says of its workers."""
+
+    def __init__(self):
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH")) if p)
+        mine, theirs = socket.socketpair()
+        mine.setblocking(True)
+        theirs.setblocking(True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ingest.stream._template", str(theirs.fileno()), str(os.getpid())],
+            pass_fds=[theirs.fileno()],
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
+        theirs.close()
+        self.conn = Connection(mine.detach())
+        self.exits: dict = {}  # worker -> its returncode
+        self.pids: dict = {}  # worker -> its pid
+        self._lock = threading.Lock()  # the feeder thread and the caller may both ask
+
+    def fork(self, k: int, sock: socket.socket) -> int:
+        """Worker k, forked with `sock` as its end of the consumer's socket: its pid."""
+        try:
+            self.conn.send(("fork", k))
+            reduction.send_handle(self.conn, sock.fileno(), self.proc.pid)
+        except OSError as e:
+            raise self._gone() from e
+        self.collect(_READY_TIMEOUT_S, until=lambda: k in self.pids)
+        if k not in self.pids:
+            raise WorkerError(f"the ingest worker template (pid {self.proc.pid}) forked no worker {k} in time")
+        return self.pids[k]
+
+    def collect(self, timeout: float | None, until=lambda: False) -> None:
+        """Reads what the template says, for up to `timeout` seconds or until `until()`."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while not until():
+                if not wait([self.conn], None if deadline is None else max(0.0, deadline - time.monotonic())):
+                    return
+                try:
+                    message = self.conn.recv()
+                except (EOFError, OSError) as e:
+                    raise self._gone() from e
+                if message[0] == "forked":
+                    self.pids[message[1]] = message[2]
+                else:  # ("exited", k, returncode)
+                    self.exits[message[1]] = message[2]
+
+    def _gone(self) -> "WorkerError":
+        try:
+            code = self.proc.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            code = None
+        return WorkerError(
+            f"the ingest worker template (pid {self.proc.pid}) exited with code {code}: no worker can start. "
+            "It imports TensorFlow: run `python -c 'import tensorflow'` to see why that fails."
+        )
+
+    def close(self) -> None:
+        self.conn.close()
+        try:
+            self.proc.wait(timeout=_STOP_TIMEOUT_S + 5.0)  # it gives a lingering worker 5 s
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class _Forked:
+    """A worker forked by the template: the part of Popen the consumer uses (pid, poll,
+    wait, kill, returncode), its end learnt from the template, which reaps it."""
+
+    def __init__(self, template: _Template, k: int, pid: int):
+        self.template, self.k, self.pid = template, k, pid
+
+    @property
+    def returncode(self):
+        return self.template.exits.get(self.k)
+
+    def poll(self):
+        if self.returncode is None:
+            try:
+                self.template.collect(0.0)
+            except WorkerError:
+                pass
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        try:
+            self.template.collect(timeout, until=lambda: self.returncode is not None)
+        except WorkerError:  # the template went: its workers went with it, or go now
+            self.template.exits.setdefault(self.k, None)
+        if self.returncode is None:
+            if self.template.proc.poll() is not None:
+                return None
+            raise subprocess.TimeoutExpired(f"ingest worker {self.k}", timeout)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
