@@ -178,7 +178,11 @@ def _loader_rates(path, batch_size, text, rounds, processes, to) -> list:
             while seen < _steady_rows(batch_size):
                 seen += len(next(it)[1])
             rates.append(seen / (time.perf_counter() - t))
-        memory = _memory([os.getpid()] + [p.pid for p in loader._stream.workers.procs] if processes else [os.getpid()])
+        workers = loader._stream.workers
+        # The template that forked the workers too: its imported pages are shared with them.
+        memory = _memory(
+            [os.getpid(), workers.template.proc.pid] + [p.pid for p in workers.procs] if processes else [os.getpid()]
+        )
     return rates, memory
 
 
