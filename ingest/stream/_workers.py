@@ -236,8 +236,8 @@ class _Template:
 
 
 class _Forked:
-    """A worker forked by the template: the part of Popen the consumer uses (pid, poll,
-    wait, kill, returncode), its end learnt from the template, which reaps it."""
+    """A worker forked by the template: the part of Popen the consumer uses (pid, wait,
+    kill, returncode), its end learnt from the template, which reaps it."""
 
     def __init__(self, template: _Template, k: int, pid: int):
         self.template, self.k, self.pid = template, k, pid
@@ -246,19 +246,12 @@ class _Forked:
     def returncode(self):
         return self.template.exits.get(self.k)
 
-    def poll(self):
-        if self.returncode is None:
-            try:
-                self.template.collect(0.0)
-            except WorkerError:
-                pass
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Its returncode; None when the template went first (the worker then ends itself)."""
         try:
             self.template.collect(timeout, until=lambda: self.returncode is not None)
         except WorkerError:  # the template went: its workers went with it, or go now
-            self.template.exits.setdefault(self.k, None)
+            pass
         if self.returncode is None:
             if self.template.proc.poll() is not None:
                 return None
