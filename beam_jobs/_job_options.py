@@ -20,7 +20,7 @@ __all__ = ["JobOptions", "RECORDED", "DEFAULT_BLOCK_ROWS", "MAX_BLOCK_ROWS", "ne
 # 0.051%). 1024 keeps mixing within 10% of ideal with few, large records for other
 # readers. The window, not K, sets the parse granularity, so K does not follow row width.
 DEFAULT_BLOCK_ROWS = 1024
-# The runtime parses blocks in windows of >= 65,536 rows (ingest._tuning.WINDOW_ROWS) and
+# The runtime parses blocks in windows of >= 65,536 rows (ingest.pipeline._tuning.WINDOW_ROWS) and
 # holds a window's rows in memory: a larger block would make each window its size (a
 # billion-row block: 7.8 GB and no batch), so a block holds at most one window's rows.
 MAX_BLOCK_ROWS = 1 << 16

@@ -72,7 +72,7 @@ def tabular(path: str, **options):
 def reading_in_calls(path: str):
     """The defaults with each window's blocks read by its own parse call, not by the one
     read thread (`seekable.READS_IN_WINDOW_CALLS`, read when the dataset is built)."""
-    from ingest.blocks import seekable
+    from ingest.pipeline.blocks import seekable
 
     def make():
         seekable.READS_IN_WINDOW_CALLS = True

@@ -48,10 +48,10 @@ def _made(path: str, batch_size: int, text: str, window_slice=None):
         return ingest.make_dataset(path, batch_size=batch_size, seed=3, num_epochs=None, text=text)
     import dataclasses
 
-    from ingest import _dataset, _request
-    from ingest._functions import own_functions
-    from ingest.blocks import index as block_index
-    from ingest.blocks import seekable
+    from ingest.pipeline import _dataset, _request
+    from ingest.pipeline._functions import own_functions
+    from ingest.pipeline.blocks import index as block_index
+    from ingest.pipeline.blocks import seekable
 
     req = _request.build(path, batch_size=batch_size, seed=3, num_epochs=None, shuffle=True, text=text)
     req = dataclasses.replace(req, window_slice=tuple(window_slice))

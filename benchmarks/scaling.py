@@ -86,7 +86,7 @@ def ceiling(batch_size: int, rows: int | None, cores: int):
     """
     import tensorflow as tf
 
-    from ingest import _tuning
+    from ingest.pipeline import _tuning
 
     window = -(-_tuning.SEEKABLE_WINDOW_ROWS // batch_size) * batch_size
     columns = [(tf.float32, name) for name in corpus.FLOAT_COLS] + [(tf.int64, name) for name in corpus.INT_COLS]

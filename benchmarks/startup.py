@@ -42,7 +42,7 @@ def _make(which: str, paths: dict, batch_size: int):
 def _child(which: str, paths: dict, batch_size: int) -> None:
     import tensorflow as tf  # noqa: F401  (imported before the clock starts)
 
-    import ingest._dataset  # noqa: F401  (the package as a trainer has imported it)
+    import ingest.pipeline._dataset  # noqa: F401  (the package as a trainer has imported it)
     from benchmarks import pipelines  # noqa: F401
 
     start = time.perf_counter()

@@ -154,7 +154,7 @@ def _add_service(sub) -> None:
 
 
 def _diagnose(args) -> int:
-    from ingest._diagnose import diagnose
+    from ingest.inspection._diagnose import diagnose
 
     fn = _load_callable(args.preprocess) if args.preprocess else None
     try:
@@ -229,7 +229,8 @@ def _plot_path(arg: str) -> str:
 
 
 def _describe(args) -> int:
-    from ingest import _describe, _info
+    from ingest.inspection import _describe
+    from ingest.metadata import _info
 
     try:
         plot = _plot_path(args.plot) if args.plot else None
@@ -250,7 +251,7 @@ def _describe(args) -> int:
 def _compare(args) -> int:
     """0: no drift; 1: drift (the last line names the features); 2: an error (one line)."""
     try:
-        from ingest import _compare
+        from ingest.inspection import _compare
 
         thresholds = dict(_feature_threshold(t) for t in args.threshold)
         # Before comparing: a drift found and then an unwritable plot would exit 2, not 1.
@@ -295,7 +296,7 @@ def _feature_threshold(text: str) -> tuple:
 
 
 def _service(args) -> int:
-    from ingest import _service
+    from ingest.pipeline import _service
 
     if args.role == "dispatcher":
         if args.fault_tolerant and not args.work_dir:

@@ -22,6 +22,12 @@ from typing import Any, Mapping
 
 __all__ = ["ValueCount", "Lengths", "FeatureStatistics", "Statistics", "json_number", "number_of"]
 
+# Text and int features with at most this many values are categories: `feature_space` makes
+# them one-hot lookups, a block of that many columns (past it, one-hot makes the output as
+# wide as the vocabulary: 105 airports, 26k e-mails, so text becomes ids for an embedding),
+# and `compare` tests their drift as categories. Here, below both, so they agree.
+ONE_HOT_MAX = 100
+
 # Strict JSON's spelling of the numbers it has none for (protobuf's JSON mapping).
 _NON_FINITE = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 _TESTS = textwrap.dedent(
     """
     import os, time
@@ -30,6 +32,7 @@ _TESTS = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a pytest run of its own, two workers: 7 s
 def test_no_test_runs_while_an_alone_test_does(tmp_path):
     (tmp_path / "test_spells.py").write_text(_TESTS)
     spells = tmp_path / "spells.txt"

@@ -205,7 +205,7 @@ def test_bad_block_size_is_refused():
 
 def test_the_runtime_parser_reads_what_the_encoder_writes():
     from ingest import contract
-    from ingest.blocks.parse import parse_blocks
+    from ingest.pipeline.blocks.parse import parse_blocks
 
     n = 37
     cols = [

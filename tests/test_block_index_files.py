@@ -23,7 +23,7 @@ import ingest
 from beam_jobs.encode.tfrecord import iter_frames
 from beam_jobs.output.commit_blocks import write_block_shard
 from ingest import contract
-from ingest.blocks import index as block_index
+from ingest.pipeline.blocks import index as block_index
 from tests.conftest import convert_table, run_convert, write_text
 
 K = 16

@@ -8,8 +8,8 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest.blocks.parse import parse_blocks, permute_rows
 from ingest.contract import FeatureSpec
+from ingest.pipeline.blocks.parse import parse_blocks, permute_rows
 from tests.conftest import examples
 
 _KIND = {"int64": "int64_list", "float32": "float_list", "bytes": "bytes_list"}

@@ -1,4 +1,4 @@
-"""Drift between datasets (`ingest._compare`), on real data converted by the real conversion.
+"""Drift between datasets (`ingest.inspection._compare`), on real data converted by the real conversion.
 
 Seattle's daily weather 2012-2015 (vega_datasets): random halves of it must not drift,
 the same days with one feature changed must drift in that feature alone, and summer
@@ -17,8 +17,7 @@ import pyarrow as pa
 import pytest
 
 from ingest import __main__ as cli
-from ingest import _info
-from ingest._compare import (
+from ingest.inspection._compare import (
     CATEGORICAL_THRESHOLD,
     MISSING_THRESHOLD,
     NUMERIC_THRESHOLD,
@@ -27,6 +26,7 @@ from ingest._compare import (
     jensen_shannon,
     numeric_histograms,
 )
+from ingest.metadata import _info
 from ingest.statistics import FeatureStatistics, Statistics, ValueCount
 from tests.conftest import convert_table, real_csv, run_convert, write_text
 

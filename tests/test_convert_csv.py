@@ -533,7 +533,7 @@ def test_a_text_label_without_statistics_records_why_it_has_no_classes(tmp, capl
         "--source", "csv", "--input", src, "--output", tmp / "ds", "--label", "species", "--no_statistics"
     )
     assert info.labels == () and any("text label 'species': its classes are not recorded" in w for w in info.warnings)
-    with caplog.at_level(logging.WARNING, logger="ingest._request"):
+    with caplog.at_level(logging.WARNING, logger="ingest.metadata._facts"):
         _, y = next(iter(ingest.make_dataset(str(tmp / "ds"), batch_size=3, shuffle=False)))
     assert sorted(y.numpy()) == [b"a", b"a", b"b"] and "is yielded as text" in caplog.text
 

@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 import ingest
-from ingest._diagnose import decide
+from ingest.inspection._diagnose import decide
 from tests.conftest import convert_table, run_convert, write_text
 
 

@@ -274,7 +274,7 @@ def _stats(count: int, distinct: int | None, *, exact: bool = True, top: int = 0
 )
 def test_default_specs_follow_the_stated_rules(dtype, stats, recorded, spec, why):
     from ingest import contract
-    from ingest._feature_space import _pick, _spec_name
+    from ingest.bridges._feature_space import _pick, _spec_name
 
     feature = contract.FeatureSpec("f", "bytes" if dtype == "text" else dtype, text=dtype == "text")
     picked, reason = _pick(feature, stats, recorded, False, 32)
@@ -325,7 +325,7 @@ def test_default_specs_leave_out_a_number_column_without_values_naming_it(tmp, c
         }
     )
     path = convert_table(tmp, table, "--label", "y")
-    with caplog.at_level(logging.WARNING, logger="ingest._feature_space"):
+    with caplog.at_level(logging.WARNING, logger="ingest.bridges._feature_space"):
         space = ingest.feature_space(path)
     assert list(space.features) == ["x"] and "'empty' is left out of the FeatureSpace" in caplog.text
 
@@ -382,14 +382,14 @@ def test_describe_shows_the_quarantine(tmp):
     labels[5] = None  # a row without a label is quarantined
     table = table.set_column(table.schema.get_field_index("y"), "y", pa.array(labels))
     path = convert_table(tmp, table, "--label", "y")
-    from ingest import _describe
+    from ingest.inspection import _describe
 
     text = _describe.describe(ingest.load_info(path), path)
     assert "Quarantine: 1 records (missing_label 1)" in text
 
 
 def test_describe_histograms_keep_point_masses():
-    from ingest import _describe
+    from ingest.inspection import _describe
     from ingest.statistics import FeatureStatistics
 
     rng = np.random.default_rng(0)
@@ -411,6 +411,6 @@ def test_describe_histograms_keep_point_masses():
     + [(9999, 10_000, "99.9%"), (1, 0, "")],
 )
 def test_small_shares_are_not_printed_as_zero(part, total, shown):
-    from ingest import _describe
+    from ingest.inspection import _describe
 
     assert _describe.percent(part, total) == shown

@@ -294,7 +294,7 @@ def test_doubles_into_a_carried_float32_are_stored_with_a_warning_and_out_of_ran
 
 def test_imputing_a_float64_keeps_its_digits():
     # Before the imputation, a float64 input was cast to float32: 123456789.12 became 123456792.
-    from ingest._space_layer import ImputeMissing
+    from ingest.bridges._space_layer import ImputeMissing
 
     x = tf.constant([123456789.12, 0.0], tf.float64)
     out = ImputeMissing(2.5)(x, tf.constant([False, True]))

@@ -19,7 +19,7 @@ import ingest
 from beam_jobs import convert
 from beam_jobs.convert import ConversionError
 from beam_jobs.output import directory as output_dir
-from ingest.blocks import index as block_index
+from ingest.pipeline.blocks import index as block_index
 from tests.conftest import run_convert
 from tests.gcs import LIST_ONLY_BUCKET, GcsEmulator
 

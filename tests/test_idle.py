@@ -140,7 +140,7 @@ def _producer(kind: str) -> tf.data.Dataset:
 def test_the_meter_reads_the_analytic_idle_of_producers_of_known_speed(kind, factor):
     """A producer's per-batch time P, measured in the graph; a device step of factor * P
     idles max(0, 1 - factor) of the time. Steps from ~0.06 ms to ~50 ms."""
-    from ingest._idle import batch_time_ms
+    from ingest.inspection._idle import batch_time_ms
 
     batches = max(40, int(300 / _nominal_ms(kind)))
     warmup = min(256, batches)  # the prefetch's 8 filled, and more: 256 of 25 ms were 6.4 s of each timing

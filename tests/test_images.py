@@ -454,7 +454,7 @@ def test_large_jpeg_windows_decoded_at_reduced_scale_match_the_full_decode(tmp, 
 
 
 def test_raw_records_of_an_image_dataset_can_be_read_without_decoding(image_dataset):
-    from ingest._dataset import read_records  # the read stage diagnose measures
+    from ingest.pipeline._dataset import read_records  # the read stage diagnose measures
 
     assert sum(1 for _ in read_records(image_dataset)) == 21
 
@@ -610,7 +610,7 @@ def test_shuffled_train_split_is_augmented_by_default_and_training_false_turns_i
 
 
 def test_the_small_image_check_is_left_out_only_when_the_statistics_prove_no_image_small(split_dataset):
-    from ingest._parse import _may_be_small
+    from ingest.pipeline._parse import _may_be_small
 
     info = ingest.load_info(split_dataset)  # every image 40x56 (height x width)
     assert not _may_be_small(info, (24, 24)) and not _may_be_small(info, (40, 50)) and not _may_be_small(info, (30, 56))
@@ -854,7 +854,7 @@ def test_a_raw_record_whose_bytes_do_not_fit_its_shape_fails_or_is_skipped(tmp):
 def test_the_flip_mirrors_the_uint8_window_and_the_resize_reads_float(formats):
     # Speed (#40): mirroring the float output moved 4x the bytes, and ResizeBilinear's uint8
     # kernel converts every sample it reads (raw 256: 4.5k -> 5.4k images/s on 2 cores).
-    from ingest._image_decode import decode_fn
+    from ingest.pipeline._image_decode import decode_fn
 
     decode = decode_fn(ingest.ImageOptions(size=(24, 24), training=True), formats=formats)
     args = [tf.TensorSpec([], tf.string), tf.TensorSpec([2], tf.int64), tf.TensorSpec([2], tf.int64)]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from beam_jobs.output import shard_plan
-from ingest import _tuning
+from ingest.pipeline import _tuning
 
 MB = 2**20
 

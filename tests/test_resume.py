@@ -321,7 +321,7 @@ def test_without_shuffle_the_order_is_the_shards_in_turn(dataset):
     # Shard by shard: the first shard's rows come first, in the order written.
     first = info.split("train").shards[0].records
     records = tf.data.TFRecordDataset(os.path.join(dataset, info.split("train").shards[0].filename))
-    from ingest.blocks.parse import parse_blocks
+    from ingest.pipeline.blocks.parse import parse_blocks
 
     spec = [f for f in info.features if f.name == "id"]
     written = parse_blocks(tf.stack(list(records)), spec)["id"].numpy().tolist()

@@ -142,7 +142,7 @@ def test_too_few_files_fall_back_to_record_sharding_with_a_warning(tmp_path, cap
     src = write_text(tmp_path / "in" / "a.csv", "id\n" + "".join(f"{i}\n" for i in range(100)))
     run_convert("--source", "csv", "--input", src, "--output", tmp_path / "ds", "--num_shards", "2")
     ids = []
-    with caplog.at_level(logging.WARNING, logger="ingest._dataset"):
+    with caplog.at_level(logging.WARNING, logger="ingest.pipeline._dataset"):
         for i in range(3):
             ctx = tf.distribute.InputContext(num_input_pipelines=3, input_pipeline_id=i)
             ids += _ids(ingest.make_dataset(str(tmp_path / "ds"), batch_size=8, input_context=ctx))

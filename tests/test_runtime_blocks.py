@@ -23,9 +23,9 @@ from beam_jobs.encode.blocks import encode_blocks
 from beam_jobs.encode.examples import encode_batch
 from benchmarks import mixing
 from ingest import contract
-from ingest._dataset import read_records
-from ingest.blocks import seekable as seekable_order
-from ingest.blocks import streaming as block_stream
+from ingest.pipeline._dataset import read_records
+from ingest.pipeline.blocks import seekable as seekable_order
+from ingest.pipeline.blocks import streaming as block_stream
 
 K = 32
 _SPLITS = {"train": (0, 4000, 4), "eval": (4000, 4300, 2)}  # name: (first id, end id, shards)
@@ -286,8 +286,8 @@ def test_seekable_order_reads_runs_of_consecutive_blocks_in_an_order_that_change
 
 
 def test_runs_hold_only_blocks_that_follow_each_other_in_a_file():
-    from ingest.blocks.index import BlockIndex
-    from ingest.blocks.seekable import block_runs
+    from ingest.pipeline.blocks.index import BlockIndex
+    from ingest.pipeline.blocks.seekable import block_runs
 
     file_of = np.array([0] * 5 + [1] * 2 + [2] * 9)
     offsets = np.concatenate([np.arange(5), np.arange(2), np.arange(9)]) * 10
@@ -515,7 +515,7 @@ def test_cached_columns_hold_the_values_the_stream_delivers(both):
 
 
 def test_auto_cache_counts_the_parsed_columns_against_the_budget(both):
-    from ingest import _dataset, _read, _request
+    from ingest.pipeline import _dataset, _read, _request
 
     def target(budget):
         req = _request.build(
@@ -570,7 +570,7 @@ def test_a_seeded_order_is_the_same_under_the_same_tensorflow_global_seed(both):
 
 def test_windows_read_by_their_parse_calls_give_the_same_batches(both, monkeypatch):
     # seekable.READS_IN_WINDOW_CALLS, which benchmarks/device_probe.py measures on GPU hosts.
-    from ingest.blocks import seekable
+    from ingest.pipeline.blocks import seekable
 
     def batches():
         ds = ingest.make_dataset(

@@ -13,7 +13,7 @@ import tensorflow as tf
 from PIL import Image
 
 import ingest
-from ingest import _request, _tuning
+from ingest.pipeline import _request, _tuning
 from tests.conftest import run_convert, write_text
 
 MB = 2**20
@@ -202,7 +202,7 @@ def test_request_counts_only_when_every_record_is_expected_here(tabular):
 
 
 def test_request_from_read_records_needs_no_batching_arguments(tabular):
-    from ingest._dataset import read_records
+    from ingest.pipeline._dataset import read_records
 
     info = ingest.load_info(tabular)
     # Records as stored: blocks of rows on the default layout.
@@ -233,7 +233,7 @@ def test_cache_budget_is_a_quarter_of_memory_unless_given():
 
 def test_auto_cache_over_its_budget_still_yields_every_epoch_and_logs_why(tabular, caplog):
     opts = ingest.ReadOptions(cache_budget_bytes=1)
-    with caplog.at_level(logging.INFO, logger="ingest._dataset"):
+    with caplog.at_level(logging.INFO, logger="ingest.pipeline._dataset"):
         ds = ingest.make_dataset(tabular, batch_size=10, cache="auto", shuffle=False, num_epochs=2, options=opts)
         ids = [int(v) for features, _ in ds for v in features["id"]]
     assert sorted(ids) == sorted(list(range(100)) * 2)
@@ -255,7 +255,7 @@ def _parse_map_calls(ds) -> set:
 @pytest.mark.parametrize(("cpus", "want"), [(1, 1), (2, 2), (8, 8), (16, 8), (64, 8)])
 def test_the_seekable_order_parses_one_window_a_core_up_to_eight(tabular, monkeypatch, cpus, want):
     # On a 16-vCPU host 16 windows in flight read 4.2M rows/s where 8 read 5.7M (#37).
-    from ingest.blocks import seekable
+    from ingest.pipeline.blocks import seekable
 
     monkeypatch.setattr(seekable, "usable_cpus", lambda: cpus)
     assert _parse_map_calls(ingest.make_dataset(tabular, batch_size=4)) == {want}
@@ -265,7 +265,7 @@ def test_the_seekable_order_parses_one_window_a_core_up_to_eight(tabular, monkey
 
 def test_shards_read_at_once_count_the_cores_this_process_may_use(tmp_path, monkeypatch):
     # Two readers a core: a container given 2 of a host's 64 cores opens 4, not 128.
-    from ingest import _read
+    from ingest.pipeline import _read
 
     src = write_text(tmp_path / "in" / "a.csv", "id,y\n" + "".join(f"{i},{i % 2}\n" for i in range(800)))
     out = tmp_path / "ds"

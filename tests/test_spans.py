@@ -87,7 +87,7 @@ def _listed_spans(root, names) -> None:
 
 def test_spans_are_ordered_by_the_date_in_their_names_else_by_name(tmp_path, caplog):
     """By name, 2026-11-28 came before 2026-11-3 and 20261127, and backfill-... last of all."""
-    from ingest._spans import date_in
+    from ingest.metadata._spans import date_in
 
     dated = tmp_path / "dated"
     _listed_spans(dated, ["2026-11-3", "20261127", "backfill-2026-11-20", "2026-11-28", "2026_11_29"])
@@ -326,7 +326,7 @@ def _as_format_2(path) -> None:
 @pytest.mark.slow
 def test_spans_converted_before_and_after_dictionaries_read_as_one(tmp_path):
     """A daily retraining's spans span an upgrade: format 2 and 3 blocks meet in one window."""
-    from ingest import _request
+    from ingest.pipeline import _request
 
     weather = _weather()
     old, new = (convert_table(tmp_path / m, _month(weather, m), "--block_rows", "4") for m in MONTHS[:2])

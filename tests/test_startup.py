@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import ingest
-from ingest import _functions
+from ingest.pipeline import _functions
 from tests.conftest import run_convert, write_text
 
 _ATTRIBUTE = "experimental_ints_on_device"

@@ -398,7 +398,7 @@ def test_a_vocabulary_without_a_recorded_checksum_reads_as_before_with_the_other
 
 
 def test_ids_outside_the_vocabulary_in_a_block_are_refused_as_out_of_range_codes_are(dataset):
-    from ingest.blocks.parse import parse_blocks
+    from ingest.pipeline.blocks.parse import parse_blocks
 
     info = ingest.load_info(dataset)
     shard = os.path.join(dataset, info.split("train").shards[0].filename)

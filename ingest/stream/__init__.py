@@ -30,6 +30,10 @@ modules' pages shared with the template until written) holding
 being parsed, one prefetched): about K x (320 MB + (slots + window_calls + 1) x window
 bytes), a window >= 81,920 rows. Measured (PSS of all processes, 500k-row numeric
 corpus): 880 MB in one process, 908 MB with 1 worker, 1,227 MB with 2.
+
+May import: `ingest.pipeline` (the workers build its seekable order), `ingest.metadata`
+and below; not `ingest.bridges` beside it, nor the face (`ingest.__init__`). The consumer
+side (`_loader`, `_stream`, `_workers`) imports no TensorFlow: only the workers do.
 """
 
 from ingest.stream._loader import Loader, loader

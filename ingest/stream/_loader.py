@@ -164,7 +164,7 @@ def _ranks(rank, world_size) -> tuple:
 
 
 def _default_processes() -> int:
-    from ingest._system import usable_cpus
+    from ingest.pipeline._system import usable_cpus
 
     return max(1, usable_cpus() // _CORES_PER_WORKER)
 

@@ -35,8 +35,8 @@ def _preload() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow  # noqa: F401
 
-    from ingest import _dataset, _request  # noqa: F401
-    from ingest.blocks import seekable  # noqa: F401
+    from ingest.pipeline import _dataset, _request  # noqa: F401
+    from ingest.pipeline.blocks import seekable  # noqa: F401
     from ingest.stream import _worker  # noqa: F401
 
     started = _runtime_threads()

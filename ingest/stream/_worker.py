@@ -49,9 +49,9 @@ class _Built:
     def __init__(self, spec: dict):
         import tensorflow as tf
 
-        from ingest import _dataset, _request
-        from ingest._functions import own_functions
-        from ingest.blocks import seekable
+        from ingest.pipeline import _dataset, _request
+        from ingest.pipeline._functions import own_functions
+        from ingest.pipeline.blocks import seekable
 
         self.tf = tf
         self.start = tf.Variable(0, dtype=tf.int64, trainable=False)
@@ -145,7 +145,7 @@ def _rank_index(req, content: str) -> tuple:
     shards: 3 shards over 2 ranks would give one rank twice the other's rows, and every
     rank stops at the fewest batches any has)."""
 
-    from ingest.blocks import index as block_index
+    from ingest.pipeline.blocks import index as block_index
 
     whole = block_index.index_split(req.path, req.split, req.info.block_rows, content=content)
     if req.num_pipelines == 1:

@@ -27,7 +27,7 @@ FIX = "Convert every span with --schema_from one of them, so that they share one
 
 
 def _gfile():
-    from ingest import _files  # local paths without TensorFlow: listing spans needs none
+    from ingest.metadata import _files  # local paths without TensorFlow: listing spans needs none
 
     return _files
 

@@ -23,16 +23,16 @@ import logging
 
 import tensorflow as tf
 
-from ingest import _parse, _read, _request, _restore, _service, _tuning
-from ingest._functions import own_functions
-from ingest._options import ImageOptions, ReadOptions
-from ingest._request import Request
-from ingest._system import physical_memory
-from ingest.blocks import canonical
-from ingest.blocks import index as block_index
-from ingest.blocks import seekable as seekable_order
-from ingest.blocks.column_cache import cached_column_batches, columns_bytes
-from ingest.blocks.streaming import block_batches
+from ingest.pipeline import _parse, _read, _request, _restore, _service, _tuning
+from ingest.pipeline._functions import own_functions
+from ingest.pipeline._options import ImageOptions, ReadOptions
+from ingest.pipeline._request import Request
+from ingest.pipeline._system import physical_memory
+from ingest.pipeline.blocks import canonical
+from ingest.pipeline.blocks import index as block_index
+from ingest.pipeline.blocks import seekable as seekable_order
+from ingest.pipeline.blocks.column_cache import cached_column_batches, columns_bytes
+from ingest.pipeline.blocks.streaming import block_batches
 
 __all__ = ["make_dataset", "read_records"]
 
@@ -278,7 +278,7 @@ def _dataset_of(req: Request) -> tf.data.Dataset:
         if req.options.symbolic_checkpoint:
             ds, resume = seekable_order.seekable_block_batches(req, index), None
         else:
-            # Iterators checkpoint their position (ingest._restore): tf.data's symbolic
+            # Iterators checkpoint their position (ingest.pipeline._restore): tf.data's symbolic
             # checkpoints cost a third to a half of the rate (BENCHMARKS.md, #45).
             ds, resume = seekable_order.positioned_block_batches(req, index)
         return _finished(ds, req, int(index.rows.sum()), seekable=True, resume=resume)

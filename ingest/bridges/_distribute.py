@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from ingest._dataset import make_dataset
-from ingest._info import load_info
-from ingest._request import ScaledStart, check_start
+from ingest.metadata._info import load_info
+from ingest.pipeline._dataset import make_dataset
+from ingest.pipeline._request import ScaledStart, check_start
 
 __all__ = ["distribute"]
 

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
-from ingest.blocks.index import BlockIndex, pipeline_blocks
-from ingest.blocks.seekable import seekable_block_batches
+from ingest.pipeline.blocks.index import BlockIndex, pipeline_blocks
+from ingest.pipeline.blocks.seekable import seekable_block_batches
 
 if TYPE_CHECKING:
-    from ingest._request import Request
+    from ingest.pipeline._request import Request
 
 __all__ = ["canonical_batches"]
 

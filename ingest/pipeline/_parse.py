@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
-from ingest import _image_decode, _tuning, contract
-from ingest.blocks.parse import as_float64
+from ingest import contract
+from ingest.pipeline import _image_decode, _tuning
+from ingest.pipeline.blocks.parse import as_float64
 
 if TYPE_CHECKING:
-    from ingest._request import Request
+    from ingest.pipeline._request import Request
 
 __all__ = ["parsed_batches", "decoded_images", "selected_features", "padder", "label_splitter"]
 

@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
-from ingest import _tuning, contract
-from ingest._system import usable_cpus
-from ingest.blocks.parse import check_blocks
+from ingest import contract
+from ingest.pipeline import _tuning
+from ingest.pipeline._system import usable_cpus
+from ingest.pipeline.blocks.parse import check_blocks
 
 if TYPE_CHECKING:
-    from ingest._request import Request
+    from ingest.pipeline._request import Request
 
 __all__ = ["fingerprint_check", "glob_escaped", "records", "shard_plan", "skipped_corrupt_records"]
 

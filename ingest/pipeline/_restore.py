@@ -44,7 +44,7 @@ from tensorflow.python.ops import gen_dataset_ops, gen_resource_variable_ops
 
 __all__ = ["MARK", "Resume", "one_line", "restorable"]
 
-# Every restore check's message starts so (ingest/blocks/seekable.py).
+# Every restore check's message starts so (ingest/pipeline/blocks/seekable.py).
 MARK = "this iterator was restored from a checkpoint"
 _VERSION = 1
 _KEY = "position"

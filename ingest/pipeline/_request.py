@@ -2,29 +2,29 @@
 
 Every argument is checked here, before any graph is built or file is read beyond the
 metadata and a directory listing, and every default that depends on something else
-(the label, the features, determinism, the image options) is resolved once.
+(the label, the features, determinism, the image options) is resolved once. What the
+call reads from the recorded dataset comes in one pass (`ingest.metadata._facts`): the
+checks of the call alone first, then the metadata's facts, then the pipeline's own.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import uuid
 from typing import Any, Callable, Mapping
 
 import tensorflow as tf
 
-from ingest import _service, _spans, contract
-from ingest._info import load_spans
-from ingest._options import ImageOptions, ReadOptions
+from ingest import contract
+from ingest.metadata import _facts
 from ingest.names import did_you_mean
+from ingest.pipeline import _service
+from ingest.pipeline._options import ImageOptions, ReadOptions
 
 __all__ = ["Request", "build", "image_options"]
 
 _CACHE_MODES = (None, "memory", "auto")
-
-logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,40 +158,36 @@ def build(
         static_shapes=static_shapes,
         drop_remainder=drop_remainder,
     )
-    view = load_spans(path)
-    info, root = view.info, view.root
-    path = root if len(view.paths) == 1 else f"the {len(view.paths)} datasets {', '.join(view.paths)}"
-    split_info = _split_of(info, path, split)
-    lacking = [p for p, i in zip(view.paths, view.infos) if not any(s.name == split for s in i.splits)]
-    if lacking and len(view.paths) > 1:
-        raise ValueError(
-            f"split {split!r} is missing from {len(lacking)} of {path}: {', '.join(lacking)}; reading the others "
-            "would leave those spans out. Read a split every span has, or leave those spans out of the list"
-        )
-    for span, span_info in zip(view.paths, view.infos):
-        check_shards_exist(span, span_info.split(split), skip_corrupt=skip_corrupt)
-    label = _label_of(info, path, label)
-    if label_ids:
-        _check_span_classes(view, label, path)
-    label_classes = _label_classes(info, label, path) if label_ids else ()
-    image = None if raw else _decoded_images(info, path, features, image)
-    if image is not None and image.training is None:
+    facts = _facts.gather(
+        path,
+        split=split,
+        features=features,
+        label=label,
+        label_ids=label_ids,
+        image_given=image is not None,
+        raw=raw,
+        skip_corrupt=skip_corrupt,
+        text=text,
+        missing=missing,
+    )
+    if not facts.images:
+        image = None
+    elif image.training is None:
         # Augment only what trains: another split, or any unshuffled read, gets the eval transform.
         image = dataclasses.replace(image, training=bool(split == "train" and shuffle))
-    selected = _selected_features(info, path, features, label, image)
-    pad_lengths = _checked_pad_lengths(info, selected, pad_lengths, static_shapes)
+    pad_lengths = _checked_pad_lengths(facts.info, facts.features, pad_lengths, static_shapes)
     cache = _checked_cache(cache)
     if deterministic is None:
         # Out-of-order delivery is faster; a seed asks for reproducibility.
         deterministic = seed is not None
     return Request(
-        info=info,
-        path=root,
-        split=split_info,
+        info=facts.info,
+        path=facts.root,
+        split=facts.split,
         options=options,
-        features=tuple(selected),
-        label=label,
-        label_classes=label_classes,
+        features=facts.features,
+        label=facts.label,
+        label_classes=facts.label_classes,
         pad_lengths=pad_lengths,
         static_shapes=bool(static_shapes),
         batch_size=batch_size,
@@ -209,102 +205,10 @@ def build(
         service=service,
         processing_mode=processing_mode,
         start_batch=start_batch,
-        text_codes=text_codes(view.infos),
-        text_ids=_text_ids(view, selected, label, text, path),
-        masks=_masks(info, selected, missing, path) if image is None and not raw else {},
+        text_codes=facts.text_codes,
+        text_ids=facts.text_ids,
+        masks=facts.masks,
     )
-
-
-def _masks(info: contract.DatasetInfo, selected, missing: str, path) -> dict:
-    """{feature: its mask's name} for the selected features the metadata records missing
-    values for (spans: in any of them), under missing="mask"."""
-    modes, suffix = contract.MISSING_MODES, contract.MASK_SUFFIX
-    if missing not in modes:
-        raise ValueError(
-            f"missing must be one of {modes}, got {missing!r}: 'mask' adds NAME{suffix} (True where "
-            "a record lacked NAME) beside each feature that has missing values; 'fill' gives the default alone"
-        )
-    if missing == "fill":
-        return {}
-    masks = {f.name: f.name + suffix for f in info.features if f.name in selected and f.missing}
-    taken = {f.name for f in info.features}  # read or not: the key would mean two things
-    clash = sorted(name for name, mask in masks.items() if mask in taken)
-    if clash:
-        raise ValueError(
-            f"{path} has a feature {clash[0] + suffix!r}, the name make_dataset gives feature {clash[0]!r}'s "
-            f"missing-value mask: pass missing='fill' (the default value alone, no mask), or rename the column "
-            "at conversion"
-        )
-    return masks
-
-
-TEXT_MODES = ("strings", "ids")
-
-
-def _text_ids(view, selected, label, text: str, path) -> dict:
-    """The text features `text="ids"` yields as ids: every selected bytes feature that holds
-    text, each with a vocabulary in every dataset read, the same ids in all of them (a later
-    span's vocabulary extends an earlier one's: --schema_from). The label yielded apart is
-    not one: it comes as `label_ids` says (its class id, or its text)."""
-    if text not in TEXT_MODES:
-        raise ValueError(f"text must be one of {TEXT_MODES}, got {text!r}")
-    if text == "strings":
-        return {}
-    names = [n for n in selected if n != label]
-    wanted = [f for f in view.info.features if f.name in names and f.dtype == "bytes" and f.text]
-    if wanted and view.info.layout != "blocks":
-        raise ValueError(
-            f"text='ids' reads ids the blocks layout stores; {path} has layout {view.info.layout!r}: reconvert it "
-            "with --layout blocks (the default), or read text='strings'"
-        )
-    for f in wanted:
-        for span, info in zip(view.paths, view.infos):
-            if f.name not in info.vocabularies and f.name == info.label:
-                raise ValueError(
-                    f"text='ids': feature {f.name!r} is the label {span} records, read here among the features "
-                    "(label=False, or another label named); a label has classes (load_info(path).labels), not a "
-                    "vocabulary, so it has no ids. Yield it apart as the label (label=None: its class id; with "
-                    "label_ids=False, its text), leave it out with features=[...], or read text='strings'"
-                )
-            if f.name not in info.vocabularies:
-                why = next((w for w in info.warnings if w.startswith(f"text feature {f.name!r}")), None)
-                why = why or f"it was converted with format_version {info.format_version}, before vocabularies (4)"
-                raise ValueError(
-                    f"text='ids': {span} records no vocabulary for feature {f.name!r} ({why}). Read it as strings "
-                    f"(text='strings', or leave it out with features=[...]) and hash it, or reconvert {span}"
-                )
-        _check_vocabularies_agree(view, f.name)
-    # Each vocabulary is read, and so checked (`contract.parse_vocabulary`): ids of a
-    # reordered or edited file would mean other values.
-    return {f.name: len(view.info.vocabulary(f.name)) for f in wanted}
-
-
-def _check_vocabularies_agree(view, name: str) -> None:
-    """Each dataset's vocabulary of `name` must begin the longest one (the merged view's):
-    its ids mean the same values."""
-    if len(view.paths) == 1:
-        return
-    from ingest import _info  # a cycle at import: _info imports nothing of this module's users
-
-    longest = view.info.vocabulary(name)
-    for span, info in zip(view.paths, view.infos):
-        mine = _info.read_vocabulary(span, info, name)
-        if longest[: len(mine)] != mine:
-            raise ValueError(
-                f"text='ids': the vocabulary of feature {name!r} in {span} is not the start of the others' "
-                "(its spans were converted apart, not each with --schema_from the one before): the same id "
-                "would mean other values. Reconvert the spans with --schema_from, or read text='strings'"
-            )
-
-
-def text_codes(infos) -> bool | None:
-    """Whether the datasets' blocks carry dictionary codes for bytes columns: True, every
-    block (format 3); False, none (before); None, each block says (format 4 leaves them out
-    of a block whose values are all distinct, and spans converted by several formats)."""
-    kinds = {
-        None if i.format_version > contract.CODES_SINCE else i.format_version == contract.CODES_SINCE for i in infos
-    }
-    return kinds.pop() if len(kinds) == 1 else None
 
 
 def _check_canonical(canonical: int, *, num_pipelines: int, batch_size: int, seed, num_epochs) -> None:
@@ -389,56 +293,6 @@ def _check_call(
     return service
 
 
-def _split_of(info: contract.DatasetInfo, path, split: str) -> contract.SplitInfo:
-    """The split asked for, refused where it cannot be read."""
-    if info.layout == "blocks" and info.image:
-        # Conversion keeps images one per record; blocks of images have no reader.
-        raise ValueError(
-            f"{path} is an image dataset in the 'blocks' layout, which make_dataset does not read: "
-            "reconvert it with --layout rows"
-        )
-    try:
-        split_info = info.split(split)
-    except KeyError as e:
-        raise ValueError(e.args[0] + did_you_mean(split, [s.name for s in info.splits])) from None
-    if split_info.records == 0:
-        others = [f"{s.name} ({s.records} records)" for s in info.splits if s.records]
-        raise ValueError(
-            f"split {split!r} of {path} has no records: the conversion wrote no shard for it (see "
-            f"{contract.METADATA_FILENAME}). Splits with records: {', '.join(others) or 'none'}"
-        )
-    return split_info
-
-
-def _label_of(info: contract.DatasetInfo, path, label) -> str | None:
-    """None: the recorded label; False: no label; a name: that feature."""
-    names = [f.name for f in info.features]
-    if label is None:
-        return info.label
-    if label is False:
-        return None
-    if label not in names:
-        raise ValueError(f"label {label!r}{did_you_mean(label, names)} is not a feature of {path}; features: {names}")
-    return label
-
-
-def _selected_features(info: contract.DatasetInfo, path, features, label, image) -> list:
-    """The features parsed, the label included."""
-    names = [f.name for f in info.features]
-    if image is not None:
-        return [info.image["feature"]] + ([label] if label is not None else [])
-    if features is None:
-        return list(names)
-    selected = [features] if isinstance(features, str) else list(features)  # "id": one name, not letters
-    unknown = [f for f in selected if f not in names]
-    if unknown:
-        hint = did_you_mean(unknown[0], names)  # the first misspelling: the others are likely alike
-        raise ValueError(f"features {unknown}{hint} do not exist in {path}; features: {names}")
-    if label is not None and label not in selected:
-        selected.append(label)
-    return selected
-
-
 def _checked_pad_lengths(info: contract.DatasetInfo, selected: list, pad_lengths, static_shapes: bool) -> dict:
     names = [f.name for f in info.features]
     pad_lengths = dict(pad_lengths or {})
@@ -471,69 +325,6 @@ def _checked_cache(cache):
         )
     _check_writable(cache)
     return cache
-
-
-def _check_span_classes(view, label: str | None, path: str) -> None:
-    """Refuses class ids of a text label whose classes differ between spans read as one."""
-    if label is None or not view.info.feature(label).text or len({i.labels for i in view.infos}) == 1:
-        return
-    raise ValueError(
-        f"label {label!r} has other classes in some of {path}: "
-        f"{'; '.join(f'{p}: {list(i.labels)}' for p, i in zip(view.paths, view.infos))}, so a class id would "
-        f"mean another class in another span. {_spans.FIX} (it keeps the classes), or pass label_ids=False "
-        "to read the label as text"
-    )
-
-
-def _label_classes(info: contract.DatasetInfo, label: str | None, path: str) -> tuple:
-    """The classes a text label is yielded as the index of: those the conversion recorded."""
-    spec = next((f for f in info.features if f.name == label), None)
-    if spec is None or not (spec.text and spec.is_scalar):
-        return ()
-    if not info.labels:
-        logger.warning(
-            "label %r of %s is text without recorded classes (converted with --no_statistics, by an older ingest, "
-            "or with more distinct values than are counted exactly): it is yielded as text",
-            label,
-            path,
-        )
-        return ()
-    return tuple(info.labels)
-
-
-def check_shards_exist(path: str, split: contract.SplitInfo, *, skip_corrupt: bool) -> None:
-    """Refuses (or, with skip_corrupt, announces) shard files that are gone, with one listing."""
-    try:
-        present = set(tf.io.gfile.listdir(path))
-    except tf.errors.OpError as e:
-        logger.debug("cannot list %s (%s); missing shards will be reported as they are read", path, e.message)
-        return
-    missing = [
-        s
-        for s in split.shards
-        if s.filename not in present and ("/" not in s.filename or not tf.io.gfile.exists(f"{path}/{s.filename}"))
-    ]
-    if not missing:
-        return
-    names = ", ".join(f"{path}/{s.filename} ({s.records} records)" for s in missing[:3])
-    more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-    lost = sum(s.records for s in missing)
-    if skip_corrupt:
-        logger.warning(
-            "%d shard file(s) of split %r are missing: %s%s; their %d record(s) will be skipped "
-            "(and counted in skipped_corrupt_records())",
-            len(missing),
-            split.name,
-            names,
-            more,
-            lost,
-        )
-        return
-    raise FileNotFoundError(
-        f"{len(missing)} shard file(s) of split {split.name!r} listed in {path}/{contract.METADATA_FILENAME} "
-        f"are missing: {names}{more}. Restore them or reconvert the dataset, or pass skip_corrupt=True to "
-        f"skip their {lost} record(s)."
-    )
 
 
 def check_start(start, *, name: str, unit: str, seed) -> None:
@@ -582,25 +373,6 @@ def read_start(start) -> tf.Tensor:
     )
     with tf.control_dependencies([check]):
         return tf.identity(value)
-
-
-def _decoded_images(info, path, features, image: ImageOptions | None) -> ImageOptions | None:
-    """The image options the graph decodes with, or None when it yields features as stored."""
-    if not info.image:
-        if image is not None:
-            raise ValueError(
-                f"image options (image= or image_size=) are for image datasets; {path} holds no "
-                f"images (features: {[f.name for f in info.features]})"
-            )
-        return None
-    if features is not None:
-        return None  # raw features asked for by name: no decoding
-    if image is None:
-        raise ValueError(
-            f"{path} is an image dataset: give image_size=(height, width) (or image=ingest.ImageOptions(size=...)) "
-            "to decode and augment its images (training=True|False), or features=[...] to read raw features"
-        )
-    return image
 
 
 def _check_writable(cache_path: str) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from ingest._options import ImageOptions
+from ingest.pipeline._options import ImageOptions
 
 __all__ = ["decode_fn", "finish_fn", "window_fn", "RAW"]
 

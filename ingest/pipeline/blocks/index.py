@@ -22,7 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ingest import _tuning, contract
+from ingest import contract
+from ingest.pipeline import _tuning
 
 __all__ = ["BlockIndex", "block_rows_of", "index_split", "pipeline_blocks", "pipeline_index"]
 

@@ -23,9 +23,8 @@ from typing import Mapping
 import numpy as np
 
 from ingest import contract
-from ingest._feature_space import ONE_HOT_MAX
 from ingest.names import nearest
-from ingest.statistics import FeatureStatistics, Statistics
+from ingest.statistics import ONE_HOT_MAX, FeatureStatistics, Statistics
 
 __all__ = ["compare", "DriftReport", "DriftRow", "jensen_shannon", "l_infinity", "records_needed"]
 
@@ -500,7 +499,7 @@ def _side(x, which: str, split: str | None) -> _Side:
         if isinstance(x, contract.DatasetInfo):
             info, name = x, "DatasetInfo"
         elif isinstance(x, (str, os.PathLike, list, tuple)):
-            from ingest import _info
+            from ingest.metadata import _info
 
             info = _info.load_info(x)  # a list or a glob: spans, their statistics merged
             name = ", ".join(map(str, x)) if isinstance(x, (list, tuple)) else str(x)

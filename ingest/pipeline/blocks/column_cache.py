@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
-from ingest import _parse, _tuning
-from ingest.blocks.parse import parse_blocks
+from ingest.pipeline import _parse, _tuning
+from ingest.pipeline.blocks.parse import parse_blocks
 
 if TYPE_CHECKING:
-    from ingest._request import Request
+    from ingest.pipeline._request import Request
 
 __all__ = ["cached_column_batches", "columns_bytes"]
 

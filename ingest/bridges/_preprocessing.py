@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ingest import _info, contract
+from ingest import contract
+from ingest.metadata import _info
 
 __all__ = ["Preprocessing", "preprocessing"]
 
@@ -102,7 +103,7 @@ class Preprocessing:
     @property
     def summary(self) -> str:
         """A table: each feature, what it becomes, and the numbers it uses."""
-        from ingest._describe import _table
+        from ingest.inspection._describe import _table
 
         rows = [
             {"feature": n, "becomes": "standardized", "numbers": f"mean {m:.6g}, std {s:.6g}"}
@@ -139,7 +140,7 @@ def preprocessing(path, *, split: str | None = "train", features=None, missing: 
             indicator (0/1); the numbers are those of the values present. "fill": no
             masks; the default in a missing record's place, counted into the numbers.
     """
-    from ingest._feature_space import _with_fill
+    from ingest.bridges._feature_space import _with_fill
 
     if missing not in contract.MISSING_MODES:
         raise ValueError(f"missing must be 'mask' or 'fill', as make_dataset takes it, got {missing!r}")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ingest import _files, _spans, contract
+from ingest import contract
+from ingest.metadata import _files, _spans
 
 __all__ = ["load_info", "load_spans", "read_vocabulary", "DatasetNotFoundError", "DatasetInfoError"]
 

@@ -14,7 +14,7 @@ import math
 import time
 
 from ingest import _optional
-from ingest._system import physical_memory
+from ingest.pipeline._system import physical_memory
 
 __all__ = ["Diagnosis", "StageCapacity", "decide", "diagnose"]
 
@@ -143,9 +143,9 @@ def diagnose(
     """Measures each stage of make_dataset on `path` against a model taking `step_time_ms` per batch."""
     tf = _optional.tensorflow("ingest.diagnose")
 
-    from ingest import _dataset
-    from ingest._info import load_info
-    from ingest._options import ReadOptions
+    from ingest.metadata._info import load_info
+    from ingest.pipeline import _dataset
+    from ingest.pipeline._options import ReadOptions
 
     if step_time_ms <= 0:
         raise ValueError(f"step_time_ms must be positive, got {step_time_ms}")

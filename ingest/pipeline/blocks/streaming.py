@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
-from ingest import _parse, _tuning
-from ingest.blocks.parse import check_rows, located_in, parse_blocks, permute_rows
+from ingest.pipeline import _parse, _tuning
+from ingest.pipeline.blocks.parse import check_rows, located_in, parse_blocks, permute_rows
 
 if TYPE_CHECKING:
-    from ingest._request import Request
+    from ingest.pipeline._request import Request
 
 __all__ = ["block_batches"]
 

@@ -10,7 +10,7 @@ and variance, lookups the vocabulary (most frequent first, ties by the larger va
 Keras orders it; past one-hot, the vocabulary the conversion recorded, so that a value's id
 is the one `make_dataset(text="ids")` gives it), Discretization bin boundaries from the
 quantiles. A feature some records lacked is imputed from the statistics of the values
-present and gets a missing indicator (`missing="mask"`, `ingest._space_layer`).
+present and gets a missing indicator (`missing="mask"`, `ingest.bridges._space_layer`).
 """
 
 from __future__ import annotations
@@ -18,18 +18,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from ingest import _info, contract
+from ingest import contract
+from ingest.metadata import _info
 from ingest.names import did_you_mean
-from ingest.statistics import FeatureStatistics, ValueCount
+from ingest.statistics import ONE_HOT_MAX, FeatureStatistics, ValueCount
 
 __all__ = ["feature_space", "default_features"]
 
 logger = logging.getLogger(__name__)
 
-# Text and int features with at most this many values become one-hot lookups, a block of
-# that many columns; past it, one-hot makes the output as wide as the vocabulary (105
-# airports, 26k e-mails), so a text feature becomes ids for an embedding instead.
-ONE_HOT_MAX = 100
 # An int feature of more values than ONE_HOT_MAX is an identifier (a user, a flight, a row),
 # not a measurement, when its distinct values are at least this share of its values: each
 # value then repeats less than twice on average, while a measurement rounded to what it was
@@ -276,7 +273,7 @@ def _impute_kind(spec) -> str:
 
 def _build(path, features, output_mode, imputed, kwargs, info, stats, recorded, ids, filled):
     """The space with each adaptable layer given the statistics' state, marked adapted."""
-    from ingest._space_layer import ImputingFeatureSpace
+    from ingest.bridges._space_layer import ImputingFeatureSpace
 
     space = ImputingFeatureSpace(features=features, output_mode=output_mode, missing=imputed, **kwargs)
     for name in space._list_adaptable_preprocessors():
@@ -357,7 +354,7 @@ def summary_table(space, info: contract.DatasetInfo, stats, *, whys=None, filled
     shows where the width of the output comes from, and `features=` with another spec
     changes it. `filled`: values counted as make_dataset(missing="fill") delivers them,
     a missing one as the feature's default."""
-    from ingest._describe import _table
+    from ingest.inspection._describe import _table
 
     rows, total, whys = [], 0, whys or {}
     for name, feature in space.features.items():

@@ -15,7 +15,7 @@ in a window changes every epoch (any block with any other, not only those a buff
 holds), rows are permuted within the window, and conversion shuffled rows into blocks.
 
 A checkpoint is the position: make_dataset's iterators save (seed, pass, batch) and a
-restored one starts at that batch (ingest._restore arms `Resume`, which the first element
+restored one starts at that batch (ingest.pipeline._restore arms `Resume`, which the first element
 of the next iterator reads, as it reads `start_batch`). It seeks, it does not replay: it
 recomputes the window it stopped in. Without a user seed one is drawn when the dataset is
 built, and a restore brings the checkpoint's. The fingerprint of the blocks, batch size
@@ -38,15 +38,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 import tensorflow as tf
 
-from ingest import _parse, _read, _restore, _tuning, contract
-from ingest._functions import own_functions
-from ingest._request import read_start
-from ingest._system import usable_cpus
-from ingest.blocks.index import BlockIndex
-from ingest.blocks.parse import check_blocks, check_rows, located_in, parse_blocks
+from ingest import contract
+from ingest.pipeline import _parse, _read, _restore, _tuning
+from ingest.pipeline._functions import own_functions
+from ingest.pipeline._request import read_start
+from ingest.pipeline._system import usable_cpus
+from ingest.pipeline.blocks.index import BlockIndex
+from ingest.pipeline.blocks.parse import check_blocks, check_rows, located_in, parse_blocks
 
 if TYPE_CHECKING:
-    from ingest._request import Request
+    from ingest.pipeline._request import Request
 
 __all__ = ["positioned_block_batches", "seekable", "seekable_block_batches", "seekable_windows", "window_rows"]
 
@@ -294,7 +295,7 @@ def seekable_block_batches(req: Request, index: BlockIndex) -> tf.data.Dataset:
 
 def positioned_block_batches(req: Request, index: BlockIndex) -> tuple:
     """(batches, their Resume): the same order, whose iterators checkpoint their position
-    (ingest._restore) where tf.data's symbolic checkpoints are off."""
+    (ingest.pipeline._restore) where tf.data's symbolic checkpoints are off."""
     order = _SeekableOrder(req, index)
     order.resume = _restore.Resume(
         seed=order.seed,
