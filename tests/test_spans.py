@@ -326,7 +326,7 @@ def _as_format_2(path) -> None:
 @pytest.mark.slow
 def test_spans_converted_before_and_after_dictionaries_read_as_one(tmp_path):
     """A daily retraining's spans span an upgrade: format 2 and 3 blocks meet in one window."""
-    from ingest.pipeline import _request
+    from ingest.metadata import _facts
 
     weather = _weather()
     old, new = (convert_table(tmp_path / m, _month(weather, m), "--block_rows", "4") for m in MONTHS[:2])
@@ -335,7 +335,7 @@ def test_spans_converted_before_and_after_dictionaries_read_as_one(tmp_path):
     assert ingest.load_info(old).format_version == 2 and ingest.load_info(new).format_version == 4
     assert _dates(_read(old, shuffle=False)) == before
     infos = [ingest.load_info(p) for p in (old, new)]
-    assert _request.text_codes(infos) is None and _request.text_codes(infos[1:]) is None  # format 4: each block says
+    assert _facts.text_codes(infos) is None and _facts.text_codes(infos[1:]) is None  # format 4: each block says
     expected = sorted(before + _dates(_read(new, shuffle=False)))
     for options in ({"shuffle": False}, {}, {"options": ingest.ReadOptions(seekable_order=False)}):
         dates = _dates(_read([old, new], **options))

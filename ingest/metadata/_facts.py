@@ -22,7 +22,7 @@ from ingest import contract
 from ingest.metadata import _files, _info, _spans
 from ingest.names import did_you_mean
 
-__all__ = ["Facts", "gather", "TEXT_MODES"]
+__all__ = ["Facts", "gather", "text_codes", "TEXT_MODES"]
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ def gather(
         label_classes=_label_classes(info, label, where) if label_ids else (),
         images=images,
         features=tuple(selected),
-        text_codes=_text_codes(view.infos),
+        text_codes=text_codes(view.infos),
         text_ids=_text_ids(view, selected, label, text, where),
         masks=_masks(info, selected, missing, where) if not images and not raw else {},
         where=where,
@@ -170,7 +170,7 @@ def _check_vocabularies_agree(view, name: str) -> None:
             )
 
 
-def _text_codes(infos) -> bool | None:
+def text_codes(infos) -> bool | None:
     """Whether the datasets' blocks carry dictionary codes for bytes columns: True, every
     block (format 3); False, none (before); None, each block says (format 4 leaves them out
     of a block whose values are all distinct, and spans converted by several formats)."""
