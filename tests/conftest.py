@@ -191,3 +191,14 @@ def write_text(path, text: str, *, encoding="utf-8", newline="\n") -> str:
 @pytest.fixture
 def tmp(tmp_path):
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def preloaded():
+    """Runs test scripts forked from one process that imported TensorFlow (tests/_preloaded.py):
+    `preloaded.run([script, *args], env=..., timeout=...)` as `subprocess.run` with its output captured."""
+    from tests._preloaded import Server
+
+    server = Server()
+    yield server
+    server.close()

@@ -359,13 +359,12 @@ def test_the_trainer_does_not_import_tensorflow_with_worker_processes(dataset):
 
 
 @pytest.mark.slow
-def test_a_torch_run_killed_mid_epoch_resumes_to_the_same_weights(dataset, tmp_path):
+def test_a_torch_run_killed_mid_epoch_resumes_to_the_same_weights(dataset, tmp_path, preloaded):
     pytest.importorskip("torch")
-    child = [sys.executable, os.path.join(os.path.dirname(__file__), "torch_resume_child.py"), dataset]
-    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    child = [os.path.join(os.path.dirname(__file__), "torch_resume_child.py"), dataset]
 
-    def run(checkpoint, kill_at):
-        return subprocess.run(child + [str(checkpoint), str(kill_at)], capture_output=True, text=True, env=env)
+    def run(checkpoint, kill_at):  # each run a process of its own, forked before any op (tests/_preloaded.py)
+        return preloaded.run(child + [str(checkpoint), str(kill_at)], timeout=300)
 
     whole = run(tmp_path / "whole.pt", -1)
     assert whole.returncode == 0, whole.stderr[-2000:]

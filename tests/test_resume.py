@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pyarrow as pa
@@ -50,16 +48,10 @@ def _size(prefix: str) -> int:
     return sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder) if f != "checkpoint")
 
 
-def _restore_in_a_fresh_process(path, kwargs, checkpoints, batches) -> list:
+def _restore_in_a_fresh_process(preloaded, path, kwargs, checkpoints, batches) -> list:
+    """In a process of its own, forked before any TensorFlow op ran (tests/_preloaded.py)."""
     spec = {"path": path, "kwargs": kwargs, "checkpoints": checkpoints, "batches": batches}
-    env = {**os.environ, "PYTHONPATH": os.getcwd(), "TF_CPP_MIN_LOG_LEVEL": "2"}
-    out = subprocess.run(
-        [sys.executable, "tests/resume_child.py", json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    out = preloaded.run(["tests/resume_child.py", json.dumps(spec)], timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -75,7 +67,9 @@ def _uninterrupted(ds, total: int) -> list:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("num_epochs", [None, 3])
-def test_a_restored_iterator_yields_exactly_the_next_batches_in_a_fresh_process(dataset, tmp_path, num_epochs):
+def test_a_restored_iterator_yields_exactly_the_next_batches_in_a_fresh_process(
+    dataset, tmp_path, num_epochs, preloaded
+):
     kwargs = {"batch_size": BATCH, "num_epochs": num_epochs}  # no seed: one is drawn and kept in the state
     ds = ingest.make_dataset(dataset, **kwargs)
     stops = [5, EPOCH, EPOCH + 37]  # mid-epoch, on the epoch boundary, in a later epoch
@@ -90,7 +84,7 @@ def test_a_restored_iterator_yields_exactly_the_next_batches_in_a_fresh_process(
     stream += [_ids(b) for _, b in zip(range(total - len(stream)), it)]
     assert len(stream) == total and sorted(sum(stream[:EPOCH], [])) == list(range(ROWS))
 
-    restored = _restore_in_a_fresh_process(dataset, kwargs, prefixes, 40)
+    restored = _restore_in_a_fresh_process(preloaded, dataset, kwargs, prefixes, 40)
     for stop, got in zip(stops, restored):
         assert got == stream[stop : stop + 40], stop
         assert _size(prefixes[stops.index(stop)]) <= 64 * 1024
@@ -207,7 +201,7 @@ def test_two_iterators_restored_at_once_over_one_dataset_raise_instead_of_swappi
 
 
 @pytest.mark.slow
-def test_two_input_pipelines_each_resume_and_together_read_every_row_once(dataset, tmp_path):
+def test_two_input_pipelines_each_resume_and_together_read_every_row_once(dataset, tmp_path, preloaded):
     stream, prefixes, restored = {}, {}, {}
     for i in range(2):
         kwargs = {"batch_size": 32, "num_epochs": 1, "input_context": [2, i]}
@@ -216,7 +210,7 @@ def test_two_input_pipelines_each_resume_and_together_read_every_row_once(datase
         stream[i] = [_ids(next(it)) for _ in range(11)]
         prefixes[i] = tf.train.Checkpoint(iterator=it).write(str(tmp_path / f"p{i}" / "ckpt"))
         stream[i] += [_ids(b) for b in it]
-        restored[i] = _restore_in_a_fresh_process(dataset, kwargs, [prefixes[i]], 10_000)[0]
+        restored[i] = _restore_in_a_fresh_process(preloaded, dataset, kwargs, [prefixes[i]], 10_000)[0]
         assert restored[i] == stream[i][11:]
     rows = sum(stream[0], []) + sum(stream[1], [])
     assert sorted(rows) == list(range(ROWS))
@@ -328,20 +322,14 @@ def test_without_shuffle_the_order_is_the_shards_in_turn(dataset):
     assert ids[:first] == written
 
 
-def _killed_and_resumed(script: str, args, tmp_path) -> None:
+def _killed_and_resumed(preloaded, script: str, args, tmp_path) -> None:
     """Runs `script` whole, then killed after step 25 and run again: both must end with the
     same weights. `args(directory, die_after, out, name)` gives its arguments; `name` is
-    the run's: whole, killed or resumed."""
-    env = {**os.environ, "PYTHONPATH": os.getcwd(), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    the run's: whole, killed or resumed. Each run is a process of its own, forked before
+    any TensorFlow op ran (tests/_preloaded.py)."""
 
     def run(directory, die_after, out, name):
-        return subprocess.run(
-            [sys.executable, script, *args(directory, die_after, out, name)],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=300,
-        )
+        return preloaded.run([script, *args(directory, die_after, out, name)], timeout=300)
 
     whole = run(tmp_path / "whole", 0, tmp_path / "whole.npy", "whole")
     assert whole.returncode == 0, whole.stderr[-3000:]
@@ -354,12 +342,13 @@ def _killed_and_resumed(script: str, args, tmp_path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["eager", "graph"])
-def test_training_killed_mid_epoch_resumes_to_the_same_weights(dataset, tmp_path, mode):
+def test_training_killed_mid_epoch_resumes_to_the_same_weights(dataset, tmp_path, mode, preloaded):
     """The README's recipe: killed after step 25 (last checkpoint at 20), rerun, it ends where an
     uninterrupted run ends: the same batches were trained on, in the same order. `graph`: each
     step takes its batch in a tf.function given the iterator (the position counts there)."""
     steps = EPOCH + 30  # crosses an epoch
     _killed_and_resumed(
+        preloaded,
         "tests/train_resume_child.py",
         lambda d, die, out, _: [dataset, str(d), str(steps), str(die), str(out), mode],
         tmp_path,
@@ -525,7 +514,7 @@ def _batch_lines(path) -> list:
 
 
 @pytest.mark.slow
-def test_keras_fit_killed_mid_epoch_resumes_to_the_same_weights(dataset, tmp_path):
+def test_keras_fit_killed_mid_epoch_resumes_to_the_same_weights(dataset, tmp_path, preloaded):
     """The README's Keras recipe: BackupAndRestore every 10 batches, killed after step 25 of
     an epoch of 16 (so mid-epoch, past a backup at 20), rerun: the weights of an
     uninterrupted fit, and every step trained on batch N of the stream (N = its step - 1).
@@ -533,6 +522,7 @@ def test_keras_fit_killed_mid_epoch_resumes_to_the_same_weights(dataset, tmp_pat
     `start_batch=model.optimizer.iterations` the start was read as the first step added 1
     to it (skipping batch 0, or 20 after the restore, or not, as the threads ran)."""
     _killed_and_resumed(
+        preloaded,
         "tests/keras_resume_child.py",
         lambda d, die, out, name: [dataset, str(d), "3", "16", str(die), str(out), str(tmp_path / f"{name}.ids")],
         tmp_path,
