@@ -1,15 +1,16 @@
 """Test scripts run as processes forked from one that imported TensorFlow once.
 
     test (pytest worker)                     python -m tests._preloaded FD  (one a pytest worker)
-    --------------------                     imports TensorFlow, Keras and make_dataset's
-    preloaded.run([script, *args],           modules; runs no op
-                  env=..., timeout=...)
-        --(script, args, env, cwd, out, err)-->  fork: the child takes env, cwd, argv,
-                                                 stdout and stderr, runs the script as
-                                                 __main__ and exits with its code
-        <--("started", pid)----------------
-        <--("exited", code)----------------  code as Popen's returncode (-9: SIGKILL)
-    CompletedProcess(args, code, stdout, stderr)
+    --------------------                     imports TensorFlow, Keras, torch and
+    preloaded.run([script, *args], ...)      make_dataset's modules; runs no op
+    preloaded.popen(["-m", module, ...])
+        --("start", key, argv, env, cwd)       fork: the child takes env, cwd, argv and
+          + stdout, stderr fds (SCM_RIGHTS)-->  the fds, runs the script (or module) as
+                                                __main__ and exits with its code
+        <--("started", key, pid)------------
+        <--("exited", key, code)------------  when it ends, reaped by the server; code as
+                                              Popen's returncode (-9: SIGKILL)
+    run: CompletedProcess(args, code, stdout, stderr); popen: Child, Popen's methods
 
 The kill-and-resume tests run each script three times (whole, killed, resumed), each a
 new Python that spent ~6 s of CPU importing TensorFlow and Keras before its first line of
@@ -17,23 +18,28 @@ work, on a machine whose other core runs the other pytest worker. A fork after t
 is what the script would have been after its imports: the server runs no TensorFlow op
 (it refuses to fork when TensorFlow's runtime threads exist, as `ingest.stream._template`
 does), so each child starts its own runtime, as a fresh process would. What the child
-inherits beyond that is the imported modules' state: a script that must set an
-environment variable before TensorFlow is imported (TF_CPP_*, CUDA_VISIBLE_DEVICES)
-still needs a real `subprocess.run`.
+inherits beyond that is the imported modules' state: a script that sets an environment
+variable TensorFlow reads at import (the TF_GCS_* settings of tests/gcs.py) still needs a
+real `subprocess.run`; those read when the runtime starts (CUDA_VISIBLE_DEVICES) work.
 
-The server ends when its socket closes: the pytest worker's session ends or the worker
-dies (a child running then is killed first). A child outliving its timeout is killed
-(SIGKILL) and reaped before the error.
+Several children may run at once (a tf.data service's dispatcher and workers). The server
+ends when its socket closes: the pytest worker's session ends or the worker dies (its
+running children are killed first). A child outliving `run`'s timeout is killed (SIGKILL)
+and reaped before the error.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
+import time
+from multiprocessing import reduction
 from multiprocessing.connection import Connection
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -59,23 +65,33 @@ def _preload() -> None:
         raise RuntimeError(f"the preloaded imports started TensorFlow's runtime (threads {', '.join(started)})")
 
 
-def _child(script: str, args: list, env: dict, cwd: str, out: str, err: str) -> None:
-    """In the forked child: become `python script *args` and never return."""
+def _child(argv: list, env: dict, cwd: str, fds: tuple) -> None:
+    """In the forked child: become `python ARGV` (a script, `-m module` or `-c code`) and never return.
+    `fds`: the child's stdout and stderr, received from the test side."""
     code = 1
     try:
         os.chdir(cwd)
         os.environ.clear()
         os.environ.update(env)
-        for fd, path in ((1, out), (2, err)):
-            target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        for target, fd in zip(fds, (1, 2)):
             os.dup2(target, fd)
+        for target in set(fds):
             os.close(target)
-        sys.argv = [script, *args]
-        sys.path[0] = os.path.dirname(os.path.abspath(script))  # as `python script` sets it
         import runpy
 
         try:
-            runpy.run_path(script, run_name="__main__")
+            if argv[0] == "-c":
+                sys.argv = ["-c", *argv[2:]]
+                sys.path[0] = ""  # as `python -c` sets it
+                exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__"})
+            elif argv[0] == "-m":
+                sys.argv = [argv[1], *argv[2:]]
+                sys.path[0] = cwd  # as `python -m` sets it
+                runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+            else:
+                sys.argv = list(argv)
+                sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))  # as `python script` sets it
+                runpy.run_path(argv[0], run_name="__main__")
             code = 0
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
@@ -108,39 +124,79 @@ def _shut_down() -> None:
 
 
 def _serve(fd: int) -> None:
+    """("start", key, argv, env, cwd) and two fds (SCM_RIGHTS) -> fork; ("started", key, pid),
+    then ("exited", key, code) when it ends. EOF: every running child killed, then exit."""
     conn = Connection(fd)
     _preload()
+    running = {}  # pid -> key
     while True:
+        for pid, key in list(running.items()):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                del running[pid]
+                conn.send(("exited", key, os.waitstatus_to_exitcode(status)))
+        if not conn.poll(0.05):
+            continue
         try:
-            request = conn.recv()
+            _, key, argv, env, cwd = conn.recv()
+            fds = (reduction.recv_handle(conn), reduction.recv_handle(conn))
         except (EOFError, OSError):
+            for pid in running:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
             return
         pid = os.fork()
         if pid == 0:
             conn.close()
-            _child(**request)
-        conn.send(("started", pid))
-        code = _wait(pid, conn)
-        if code is None:
-            return
-        conn.send(("exited", code))
+            _child(argv, env, cwd, fds)
+        for target in fds:
+            os.close(target)
+        running[pid] = key
+        conn.send(("started", key, pid))
 
 
-def _wait(pid: int, conn: Connection) -> int | None:
-    """The child's exit code; None, the child killed and reaped, when the test side went
-    (its socket readable while it waits: nothing is sent during a run but EOF)."""
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        if conn.poll(0.1):
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            return None
+class Child:
+    """A forked child, as much of `subprocess.Popen` as the tests use: pid, returncode, poll,
+    wait, send_signal, terminate, kill, communicate, and stdout when asked for (text)."""
+
+    def __init__(self, server: Server, key: int, args, stdout, stderr_path: str | None):
+        self._server, self._key, self.args = server, key, args
+        self.stdout = stdout
+        self._stderr_path = stderr_path
+        self.pid = self._server._answer(key, "started")
+        self.returncode = None
+
+    def poll(self):
+        if self.returncode is None:
+            self.returncode = self._server._exited(self._key, timeout=0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None):
+        if self.returncode is None:
+            self.returncode = self._server._exited(self._key, timeout=timeout)
+            if self.returncode is None:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def send_signal(self, sig) -> None:
+        if self.poll() is None:  # a pid the server reaped may name another process by now
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def communicate(self, timeout: float | None = None):
+        out = self.stdout.read() if self.stdout is not None else None
+        self.wait(timeout)
+        return out, _read(self._stderr_path) if self._stderr_path else None
 
 
 class Server:
-    """One preloaded process; `run` is `subprocess.run(..., capture_output=True, text=True)`."""
+    """One preloaded process. `run` is `subprocess.run(..., capture_output=True, text=True)`;
+    `popen` is `subprocess.Popen(..., text=True)` with stdout a pipe or a file."""
 
     def __init__(self):
         mine, theirs = socket.socketpair()
@@ -154,30 +210,65 @@ class Server:
         theirs.close()
         self._conn = Connection(mine.detach())
         self._lock = threading.Lock()
+        self._keys = itertools.count()
+        self._answers = {}  # (kind, key) -> pid or exit code
 
     def run(self, argv: list, *, env: dict | None = None, cwd: str | None = None, timeout: float = 300):
-        script, *args = [str(a) for a in argv]
-        with self._lock, tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as tmp:
             out, err = os.path.join(tmp, "out"), os.path.join(tmp, "err")
-            env = dict(os.environ if env is None else env)
-            self._conn.send(dict(script=script, args=args, env=env, cwd=cwd or os.getcwd(), out=out, err=err))
-            kind, pid = self._reply(timeout=600)  # the first call waits for the imports
-            assert kind == "started", kind
-            if not self._conn.poll(timeout):
-                os.kill(pid, 9)
-                self._reply(timeout=60)
-                raise subprocess.TimeoutExpired(argv, timeout, _read(out), _read(err))
-            kind, code = self._reply(timeout=0)
-            assert kind == "exited", kind
+            child = self.popen(argv, env=env, cwd=cwd, stdout=out, stderr=err)
+            try:
+                code = child.wait(timeout)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait(60)
+                raise subprocess.TimeoutExpired(argv, timeout, _read(out), _read(err)) from None
             return subprocess.CompletedProcess(argv, code, _read(out), _read(err))
 
-    def _reply(self, *, timeout: float):
-        if not self._conn.poll(timeout):
-            raise RuntimeError(f"the preloaded test process gave no answer in {timeout} s")
-        try:
-            return self._conn.recv()
-        except EOFError:
-            raise RuntimeError(f"the preloaded test process ended (exit code {self._process.wait()})") from None
+    def popen(self, argv: list, *, env=None, cwd=None, stdout=None, stderr=None, merge_stderr=False) -> Child:
+        """`stdout`: a path, or None for a pipe (`Child.stdout`, text); `stderr`: a path or
+        None for /dev/null; `merge_stderr`: stderr into stdout (subprocess.STDOUT)."""
+        argv = [str(a) for a in argv]
+        pipe = None
+        if stdout is None:
+            read_end, out_fd = os.pipe()
+            pipe = os.fdopen(read_end, "r")
+        else:
+            out_fd = os.open(stdout, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        err_fd = out_fd if merge_stderr else os.open(stderr or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        key = next(self._keys)
+        env = dict(os.environ if env is None else env)
+        with self._lock:
+            self._conn.send(("start", key, argv, env, cwd or os.getcwd()))
+            for fd in (out_fd, err_fd):
+                reduction.send_handle(self._conn, fd, self._process.pid)
+        for fd in {out_fd, err_fd}:
+            os.close(fd)
+        return Child(self, key, argv, pipe, None if merge_stderr else stderr)
+
+    def _answer(self, key: int, kind: str, timeout: float | None = 600):
+        """The server's answer `kind` about child `key`; None when none came within `timeout`
+        (the first start waits for the server's imports)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if (kind, key) in self._answers:
+                    return self._answers.pop((kind, key))
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if self._conn.poll(min(left, 0.1) if left is not None else 0.1):
+                    try:
+                        got, k, value = self._conn.recv()
+                    except EOFError:
+                        raise RuntimeError(
+                            f"the preloaded test process ended (exit code {self._process.wait()})"
+                        ) from None
+                    self._answers[(got, k)] = value
+                    continue
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+
+    def _exited(self, key: int, *, timeout: float | None):
+        return self._answer(key, "exited", timeout)
 
     def close(self) -> None:
         self._conn.close()

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -16,7 +14,7 @@ ROWS = 1000
 
 
 @pytest.mark.slow
-def test_two_workers_see_every_record_exactly_once_train_and_resume(tmp):
+def test_two_workers_see_every_record_exactly_once_train_and_resume(tmp, preloaded):
     write_text(tmp / "in.csv", "id,x,label\n" + "".join(f"{i},{i / ROWS},{i % 3}\n" for i in range(ROWS)))
     run_convert(
         "--source", "csv", "--input", tmp / "in.csv", "--output", tmp / "ds", "--label", "label", "--num_shards", "4"
@@ -29,13 +27,11 @@ def test_two_workers_see_every_record_exactly_once_train_and_resume(tmp):
             "TF_CONFIG": json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}),
             "CUDA_VISIBLE_DEVICES": "",
         }
+        # Forked from a process that imported TensorFlow once (tests/_preloaded.py): TF_CONFIG
+        # and CUDA_VISIBLE_DEVICES are read when the strategy starts the runtime, after the fork.
         procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "tests.multiworker_main", str(tmp / "ds"), str(tmp / f"w{index}.json")],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
+            preloaded.popen(
+                ["-m", "tests.multiworker_main", tmp / "ds", tmp / f"w{index}.json"], env=env, merge_stderr=True
             )
         )
     outputs = []

@@ -78,3 +78,19 @@ def test_the_server_ends_with_its_socket_and_leaves_no_process(tmp_path):
     process = server._process
     server.close()
     assert process.poll() is not None
+
+
+def test_children_run_at_once_each_with_its_pipe_and_signals(preloaded, tmp_path):
+    script = tmp_path / "serve.py"
+    script.write_text("import sys, time\nprint('serving', sys.argv[1], flush=True)\ntime.sleep(600)\n")
+    children = [preloaded.popen([script, str(i)], cwd=str(tmp_path)) for i in range(2)]
+    assert [c.stdout.readline().split() for c in children] == [["serving", "0"], ["serving", "1"]]
+    assert [c.poll() for c in children] == [None, None] and children[0].pid != children[1].pid
+    children[1].terminate()
+    assert children[1].wait(timeout=30) == -signal.SIGTERM and children[0].poll() is None
+    children[0].kill()
+    assert children[0].wait(timeout=30) == -signal.SIGKILL
+    children[0].kill()  # gone: nothing is signalled
+    modules = preloaded.popen(["-m", "json.tool", "--help"], merge_stderr=True)
+    out, _ = modules.communicate(timeout=60)
+    assert modules.returncode == 0 and "usage:" in out

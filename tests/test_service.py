@@ -7,7 +7,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 
@@ -29,18 +28,13 @@ def dataset(tmp_path_factory):
     return str(root / "ds")
 
 
-def _spawn(*args) -> subprocess.Popen:
-    """Starts `python -m ingest service ARGS`; `_serving` waits until it says it serves."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "ingest", "service", *map(str, args)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-    )
+def _spawn(preloaded, *args):
+    """Starts `python -m ingest service ARGS`, forked from a process that imported TensorFlow
+    once (tests/_preloaded.py); `_serving` waits until it says it serves."""
+    return preloaded.popen(["-m", "ingest", "service", *args], env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
 
 
-def _serving(proc: subprocess.Popen) -> subprocess.Popen:
+def _serving(proc):
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
@@ -49,22 +43,22 @@ def _serving(proc: subprocess.Popen) -> subprocess.Popen:
         if not line and proc.poll() is not None:
             break
     proc.kill()
-    raise RuntimeError(f"ingest service {proc.args[4:]} did not start")
+    raise RuntimeError(f"{' '.join(proc.args)} did not start")
 
 
 class Cluster:
-    def __init__(self, workers: int, *, dispatcher_args=(), worker_args=()):
+    def __init__(self, preloaded, workers: int, *, dispatcher_args=(), worker_args=()):
         port = free_port()
         self.address = f"grpc://127.0.0.1:{port}"
         self.worker_args = tuple(worker_args)
-        # Started together: each process spends seconds importing TensorFlow.
-        self.dispatcher = _spawn("dispatcher", "--port", port, *dispatcher_args)
+        self._preloaded = preloaded
+        self.dispatcher = _spawn(preloaded, "dispatcher", "--port", port, *dispatcher_args)
         self.workers = [self.spawn_worker() for _ in range(workers)]
         for p in [self.dispatcher, *self.workers]:
             _serving(p)
 
-    def spawn_worker(self) -> subprocess.Popen:
-        return _spawn("worker", "--dispatcher", self.address, *self.worker_args)
+    def spawn_worker(self):
+        return _spawn(self._preloaded, "worker", "--dispatcher", self.address, *self.worker_args)
 
     def stop(self):
         for p in [*self.workers, self.dispatcher]:
@@ -78,8 +72,8 @@ class Cluster:
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    c = Cluster(2)
+def cluster(preloaded):
+    c = Cluster(preloaded, 2)
     yield c
     c.stop()
 
@@ -132,27 +126,25 @@ def test_workers_name_a_shard_that_is_missing_or_holds_too_many_records(dataset,
     assert len(ids) == len(set(ids)) == ROWS - info.split("train").shards[1].records
 
 
-def test_service_arguments_are_checked(dataset):
+def test_service_arguments_are_checked(dataset, preloaded):
     with pytest.raises(ValueError, match="processing_mode must be one of"):
         ingest.make_dataset(dataset, batch_size=8, service="grpc://127.0.0.1:1", processing_mode="dynamic")
     for bad in (0, -1.5, float("inf"), "30", True):
         with pytest.raises(ValueError, match=r"service_timeout_s must be a positive number of seconds or None"):
             ingest.ReadOptions(service_timeout_s=bad)
-    out = subprocess.run(
-        [sys.executable, "-m", "ingest", "service", "dispatcher", "--port", "1", "--fault_tolerant"],
-        capture_output=True,
-        text=True,
-    )
+    out = preloaded.run(["-m", "ingest", "service", "dispatcher", "--port", "1", "--fault_tolerant"])
     assert out.returncode == 1 and "--work_dir" in out.stderr
 
 
-def test_a_worker_killed_mid_epoch_never_hangs_the_consumer(dataset):
+def test_a_worker_killed_mid_epoch_never_hangs_the_consumer(dataset, preloaded):
     """SIGKILL one of two workers mid-epoch, three times: each epoch finishes or raises in bounded time.
 
     TF 2.21's client alone stalled forever in 4 of 5 such runs (tests/repro_service_worker_kill.py).
     """
     timeout_s = 4
-    cluster = Cluster(2, dispatcher_args=("--worker_timeout_ms", 1500), worker_args=("--heartbeat_interval_ms", 300))
+    cluster = Cluster(
+        preloaded, 2, dispatcher_args=("--worker_timeout_ms", 1500), worker_args=("--heartbeat_interval_ms", 300)
+    )
     try:
         for mode in ("distributed_epoch", "parallel_epochs", "distributed_epoch"):
             ds = ingest.make_dataset(
