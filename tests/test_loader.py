@@ -328,6 +328,35 @@ def test_workers_are_forked_from_one_template_and_end_with_it(dataset):
     assert _gone([p.pid for p in workers.procs] + [template.pid], within=10)
 
 
+@pytest.mark.slow
+def test_a_processs_loaders_share_one_template_which_ends_when_idle(dataset, monkeypatch):
+    """A second loader forks its workers from the first one's template (no TensorFlow import
+    again), also while the first is open; an idle template ends by itself."""
+    from ingest.stream import _workers
+
+    kw = dict(processes=2, batch_size=BATCH, seed=1, num_epochs=1, options=OPTIONS, features=["id"])
+    with ingest.loader(dataset, **kw) as first:
+        want = [f["id"].tolist() for f, _ in first]
+        template = first._stream.workers.template.proc
+        with ingest.loader(dataset, **kw) as second:  # both open: one template, four workers
+            assert [f["id"].tolist() for f, _ in second] == want
+            assert second._stream.workers.template.proc is template
+            assert [_parent(p.pid) for p in second._stream.workers.procs] == [template.pid] * 2
+    with ingest.loader(dataset, **kw) as third:  # after both closed, within the idle time
+        assert [f["id"].tolist() for f, _ in third] == want and third._stream.workers.template.proc is template
+    # Idle for a second: it ends, and the next loader starts another.
+    template.kill()  # the one of 30 s: ended here, not waited for
+    template.wait()
+    monkeypatch.setattr(_workers, "_IDLE_S", 1.0)
+    with ingest.loader(dataset, **kw) as fifth:
+        assert [f["id"].tolist() for f, _ in fifth] == want
+        short = fifth._stream.workers.template.proc
+        assert short is not template and short.poll() is None
+    assert short.wait(timeout=30) == 0  # its idle end, after its last worker
+    with ingest.loader(dataset, **kw) as sixth:
+        assert [f["id"].tolist() for f, _ in sixth] == want and sixth._stream.workers.template.proc is not short
+
+
 def _parent(pid) -> int:
     with open(f"/proc/{pid}/stat") as f:
         return int(f.read().rsplit(")", 1)[1].split()[1])

@@ -24,6 +24,9 @@ state. A worker that fails sends its error; one that dies closes its socket and 
 consumer raises at once, naming it; workers end with the loader, at exit, or, if the
 trainer is killed, by their own check of their parent.
 
+Every loader of a process forks from the same template, which ends 30 s after its last
+worker (`_workers._IDLE_S`): a later loader pays no TensorFlow import.
+
 Memory: each worker is a TensorFlow process (~320 MB before data, here, the imported
 modules' pages shared with the template until written) holding
 `slots` windows in shared memory (2) and its tf.data buffers (`window_calls` windows

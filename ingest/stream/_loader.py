@@ -95,10 +95,12 @@ def loader(
         prefetch: batches made ready ahead of the caller's (of <= 1024 rows: whole groups of ~16k rows).
 
     Processes:
-        processes: worker processes making the stream, forked from one template process
-            that imports TensorFlow once (a few seconds, started in the background when
-            the loader is made); kept across passes. None: one per 8 usable cores (at least one). 0: in this
-            process (TensorFlow imported here). Linux only for > 0.
+        processes: worker processes making the stream, kept across passes. They are
+            forked from one template process that imports TensorFlow once (a few seconds,
+            started in the background when the first loader is made) and serves every
+            loader of this process, ending 30 s after its last worker. None: one per 8
+            usable cores (at least one). 0: in this process (TensorFlow imported here).
+            Linux only for > 0.
 
     Resume: `state_dict()` -> a small JSON-able dict; `load_state_dict(state)` on a loader
     made with the same arguments continues at the exact next batch. A state from another

@@ -1,6 +1,6 @@
 """The workers' template: one process that imports TensorFlow once and forks each worker.
 
-    consumer --starts--> python -m ingest.stream._template FD PARENT
+    consumer --starts--> python -m ingest.stream._template FD PARENT IDLE_S
                          imports TensorFlow and the worker's modules; runs no TF op
              --("fork", k) + worker k's socket end (SCM_RIGHTS)-->
                          fork: the child closes the template's socket and runs
@@ -8,13 +8,16 @@
              <--("forked", k, pid)--
              <--("exited", k, code)-- when worker k ends (the template reaps it;
                          `code` as Popen's returncode: -9 for SIGKILL)
+             k: a key over every worker of every loader the process makes, one after
+             another or at once; the template ends IDLE_S after its last worker
 
 Importing TensorFlow costs each process ~6 s of CPU here (~3 s on an H100 host's cores),
 K times over, and each worker's copy of the imported modules is its own; forked, the
 import is paid once, its pages shared until written. A fork is safe here because the
 template never starts TensorFlow's runtime (no op, no thread pool): each worker starts
 its own after the fork, as a fresh process would. The template ends when its socket
-closes (the consumer's `close()` or death) or its parent goes, after its workers.
+closes (the consumer's death), its parent goes, or it has had no worker for IDLE_S
+seconds (the consumer's last loader closed), after its workers.
 """
 
 from __future__ import annotations
@@ -92,11 +95,12 @@ def _reap(conn: Connection, children: dict) -> None:
                 pass
 
 
-def main(fd: int, parent: int) -> None:
+def main(fd: int, parent: int, idle_s: float) -> None:
     conn = Connection(fd)
     children: dict = {}
     try:
         _preload()
+        idle_since = time.monotonic()
         while os.getppid() == parent:
             if wait([conn], _POLL_S):
                 try:
@@ -106,6 +110,10 @@ def main(fd: int, parent: int) -> None:
                 if message[0] == "fork":
                     _fork(conn, message[1], reduction.recv_handle(conn), children)
             _reap(conn, children)
+            if children:
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since > idle_s:
+                break  # no loader needs it: its memory back; the next loader starts another
     finally:
         _end(children)
 
@@ -125,4 +133,4 @@ def _end(children: dict) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]))
+    main(int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]))

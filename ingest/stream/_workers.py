@@ -7,10 +7,16 @@ of a socket pair. A worker that dies closes its end: the consumer's next read of
 EOF at once and raises, naming the worker and how it ended (the template reaps it and
 says). Workers end with the consumer's `close()`, its garbage collection, the
 interpreter's exit, or (killed consumer) the template's end.
+
+One template serves every loader of a process, one after another or at once: a second
+loader (an evaluation split, a restart from a state_dict) forks its workers at once
+instead of importing TensorFlow again. The template ends `_IDLE_S` after its last worker
+did, so a closed loader's memory comes back soon; the next loader then starts a new one.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import signal
@@ -31,6 +37,22 @@ logger = logging.getLogger(__name__)
 
 _READY_TIMEOUT_S = 600.0  # TensorFlow's import and the graph's build, on a loaded machine
 _STOP_TIMEOUT_S = 5.0
+# How long a template with no worker waits for the next loader before it ends: it holds
+# TensorFlow's imported modules (~300 MB here), and a second loader usually comes within
+# seconds of the first (train then eval, a restart) or not at all.
+_IDLE_S = 30.0
+_SHARED: dict = {}  # "template" -> this process's _Template
+_SHARED_LOCK = threading.Lock()
+
+
+def _shared_template(*, stale=None) -> "_Template":
+    """This process's template, started when there is none, it ended (`stale`: the one that
+    just failed) or it belongs to the process this one was forked from."""
+    with _SHARED_LOCK:
+        template = _SHARED.get("template")
+        if template is None or template is stale or template.pid != os.getpid() or template.proc.poll() is not None:
+            template = _SHARED["template"] = _Template()
+        return template
 
 
 class WorkerError(RuntimeError):
@@ -57,7 +79,7 @@ class Workers:
         self.count = workers
         cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         pinned = core_slices(cores, workers) if pin and cores else [None] * workers
-        self.template = _Template()
+        self.template = _shared_template()
         self.procs, self.conns = [], []
         try:
             for k in range(workers):
@@ -67,11 +89,18 @@ class Workers:
                 # raise BlockingIOError whenever no message is there yet.
                 mine.setblocking(True)
                 theirs.setblocking(True)
-                pid = self.template.fork(k, theirs)
+                try:
+                    key, pid = self.template.fork(theirs)
+                except WorkerError:
+                    if k or self.template.proc.poll() != 0:
+                        raise
+                    # It ended idle as this loader asked (exit code 0): a new one, once.
+                    self.template = _shared_template(stale=self.template)
+                    key, pid = self.template.fork(theirs)
                 theirs.close()
                 conn = Connection(mine.detach())
                 conn.send(dict(spec, worker=k, workers=workers, slots=slots, cores=pinned[k]))
-                self.procs.append(_Forked(self.template, k, pid))
+                self.procs.append(_Forked(self.template, key, k, pid))
                 self.conns.append(conn)
         except BaseException:
             _end(self.template, self.procs, self.conns, [])
@@ -164,7 +193,7 @@ def _end(template, procs: list, conns: list, buffers: list) -> None:
         for buffer in row:
             if buffer is not None:
                 buffer.close()
-    template.close()
+    # The template stays for this process's next loader; it ends _IDLE_S after its last worker.
 
 
 class _Template:
@@ -176,29 +205,33 @@ class _Template:
         mine, theirs = socket.socketpair()
         mine.setblocking(True)
         theirs.setblocking(True)
+        self.pid = os.getpid()  # the consumer's: a process forked from it needs its own
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ingest.stream._template", str(theirs.fileno()), str(os.getpid())],
+            [sys.executable, "-m", "ingest.stream._template", str(theirs.fileno()), str(os.getpid()), str(_IDLE_S)],
             pass_fds=[theirs.fileno()],
             env=env,
             stdin=subprocess.DEVNULL,
         )
         theirs.close()
         self.conn = Connection(mine.detach())
-        self.exits: dict = {}  # worker -> its returncode
-        self.pids: dict = {}  # worker -> its pid
-        self._lock = threading.Lock()  # the feeder thread and the caller may both ask
+        self.exits: dict = {}  # key -> the worker's returncode
+        self.pids: dict = {}  # key -> the worker's pid
+        self._keys = itertools.count()  # one a worker, over every loader this template serves
+        self._lock = threading.Lock()  # loaders, their feeder threads and callers may all ask
 
-    def fork(self, k: int, sock: socket.socket) -> int:
-        """Worker k, forked with `sock` as its end of the consumer's socket: its pid."""
-        try:
-            self.conn.send(("fork", k))
-            reduction.send_handle(self.conn, sock.fileno(), self.proc.pid)
-        except OSError as e:
-            raise self._gone() from e
-        self.collect(_READY_TIMEOUT_S, until=lambda: k in self.pids)
-        if k not in self.pids:
-            raise WorkerError(f"the ingest worker template (pid {self.proc.pid}) forked no worker {k} in time")
-        return self.pids[k]
+    def fork(self, sock: socket.socket) -> tuple:
+        """A worker, forked with `sock` as its end of the consumer's socket: (its key, its pid)."""
+        with self._lock:
+            key = next(self._keys)
+            try:
+                self.conn.send(("fork", key))
+                reduction.send_handle(self.conn, sock.fileno(), self.proc.pid)
+            except OSError as e:
+                raise self._gone() from e
+        self.collect(_READY_TIMEOUT_S, until=lambda: key in self.pids)
+        if key not in self.pids:
+            raise WorkerError(f"the ingest worker template (pid {self.proc.pid}) forked no worker in time")
+        return key, self.pids.pop(key)
 
     def collect(self, timeout: float | None, until=lambda: False) -> None:
         """Reads what the template says, for up to `timeout` seconds or until `until()`."""
@@ -239,12 +272,12 @@ class _Forked:
     """A worker forked by the template: the part of Popen the consumer uses (pid, wait,
     kill, returncode), its end learnt from the template, which reaps it."""
 
-    def __init__(self, template: _Template, k: int, pid: int):
-        self.template, self.k, self.pid = template, k, pid
+    def __init__(self, template: _Template, key: int, k: int, pid: int):
+        self.template, self.key, self.k, self.pid = template, key, k, pid
 
     @property
     def returncode(self):
-        return self.template.exits.get(self.k)
+        return self.template.exits.get(self.key)
 
     def wait(self, timeout: float | None = None) -> int | None:
         """Its returncode; None when the template went first (the worker then ends itself)."""
