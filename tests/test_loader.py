@@ -331,7 +331,8 @@ def test_workers_are_forked_from_one_template_and_end_with_it(dataset):
 @pytest.mark.slow
 def test_a_processs_loaders_share_one_template_which_ends_when_idle(dataset, monkeypatch):
     """A second loader forks its workers from the first one's template (no TensorFlow import
-    again), also while the first is open; an idle template ends by itself."""
+    again), also while the first is open; not after the environment changed; an idle
+    template ends by itself."""
     from ingest.stream import _workers
 
     kw = dict(processes=2, batch_size=BATCH, seed=1, num_epochs=1, options=OPTIONS, features=["id"])
@@ -344,6 +345,11 @@ def test_a_processs_loaders_share_one_template_which_ends_when_idle(dataset, mon
             assert [_parent(p.pid) for p in second._stream.workers.procs] == [template.pid] * 2
     with ingest.loader(dataset, **kw) as third:  # after both closed, within the idle time
         assert [f["id"].tolist() for f, _ in third] == want and third._stream.workers.template.proc is template
+    monkeypatch.setenv("INGEST_TEST_MARK", "1")  # workers read the environment the template started with
+    with ingest.loader(dataset, **kw) as other:
+        assert other._stream.workers.template.proc is not template
+        assert open(f"/proc/{other._stream.workers.procs[0].pid}/environ", "rb").read().count(b"INGEST_TEST_MARK=1")
+    monkeypatch.delenv("INGEST_TEST_MARK")
     # Idle for a second: it ends, and the next loader starts another.
     template.kill()  # the one of 30 s: ended here, not waited for
     template.wait()

@@ -47,10 +47,18 @@ _SHARED_LOCK = threading.Lock()
 
 def _shared_template(*, stale=None) -> "_Template":
     """This process's template, started when there is none, it ended (`stale`: the one that
-    just failed) or it belongs to the process this one was forked from."""
+    just failed), it belongs to the process this one was forked from, or this process's
+    environment changed since it started (its workers read theirs from it); a template
+    left so ends when idle."""
     with _SHARED_LOCK:
         template = _SHARED.get("template")
-        if template is None or template is stale or template.pid != os.getpid() or template.proc.poll() is not None:
+        if (
+            template is None
+            or template is stale
+            or template.pid != os.getpid()
+            or template.environ != os.environ
+            or template.proc.poll() is not None
+        ):
             template = _SHARED["template"] = _Template()
         return template
 
@@ -200,6 +208,7 @@ class _Template:
     """The template process (see `ingest.stream._template`) and what it says of its workers."""
 
     def __init__(self):
+        self.environ = dict(os.environ)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH")) if p)
         mine, theirs = socket.socketpair()
