@@ -345,22 +345,20 @@ def test_a_processs_loaders_share_one_template_which_ends_when_idle(dataset, mon
             assert [_parent(p.pid) for p in second._stream.workers.procs] == [template.pid] * 2
     with ingest.loader(dataset, **kw) as third:  # after both closed, within the idle time
         assert [f["id"].tolist() for f, _ in third] == want and third._stream.workers.template.proc is template
-    monkeypatch.setenv("INGEST_TEST_MARK", "1")  # workers read the environment the template started with
-    with ingest.loader(dataset, **kw) as other:
-        assert other._stream.workers.template.proc is not template
-        assert open(f"/proc/{other._stream.workers.procs[0].pid}/environ", "rb").read().count(b"INGEST_TEST_MARK=1")
-    monkeypatch.delenv("INGEST_TEST_MARK")
-    # Idle for a second: it ends, and the next loader starts another.
-    template.kill()  # the one of 30 s: ended here, not waited for
-    template.wait()
+    # Another environment (workers read the one their template started with): a new template,
+    # idle for a second at most, which then ends; the next loader starts another.
     monkeypatch.setattr(_workers, "_IDLE_S", 1.0)
-    with ingest.loader(dataset, **kw) as fifth:
-        assert [f["id"].tolist() for f, _ in fifth] == want
-        short = fifth._stream.workers.template.proc
-        assert short is not template and short.poll() is None
+    monkeypatch.setenv("INGEST_TEST_MARK", "1")
+    with ingest.loader(dataset, **kw) as other:
+        short = other._stream.workers.template.proc
+        assert short is not template and [f["id"].tolist() for f, _ in other] == want
+        with open(f"/proc/{other._stream.workers.procs[0].pid}/environ", "rb") as f:
+            assert b"INGEST_TEST_MARK=1" in f.read().split(b"\0")
+    template.kill()  # the one of 30 s, no longer this process's: ended here, not waited for
+    template.wait()
     assert short.wait(timeout=30) == 0  # its idle end, after its last worker
-    with ingest.loader(dataset, **kw) as sixth:
-        assert [f["id"].tolist() for f, _ in sixth] == want and sixth._stream.workers.template.proc is not short
+    with ingest.loader(dataset, **kw) as last:
+        assert [f["id"].tolist() for f, _ in last] == want and last._stream.workers.template.proc is not short
 
 
 def _parent(pid) -> int:

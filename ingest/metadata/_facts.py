@@ -43,7 +43,6 @@ class Facts:
     text_codes: bool | None  # whether the blocks' bytes columns carry dictionary codes (None: each says)
     text_ids: Mapping  # {text feature yielded as ids: its vocabulary's size}
     masks: Mapping  # {feature: its missing-value mask's name}
-    where: str  # how errors name what was read: the root, or "the N datasets ..."
 
 
 def gather(
@@ -89,7 +88,6 @@ def gather(
         text_codes=text_codes(view.infos),
         text_ids=_text_ids(view, selected, label, text, where),
         masks=_masks(info, selected, missing, where) if not images and not raw else {},
-        where=where,
     )
 
 
