@@ -46,60 +46,66 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     _plots.pyplot()  # without matplotlib, stop before the work rather than after it
 
-    import ingest
+    dataset, rows_dataset = os.path.join(args.out, "dataset"), os.path.join(args.out, "dataset-rows")
+    infos = _convert(args, {"blocks": dataset, "rows": rows_dataset})
+    train = infos["blocks"].split("train").records
+    per_batch_ms = _per_batch_ms(dataset, args.batch_size, train)
+    step_ms = 2 * per_batch_ms
+    reports = _idle_reports(dataset, rows_dataset, args, step_ms)
+    _report(args, infos, reports, per_batch_ms, step_ms)
+    return 0
+
+
+def _convert(args, outputs: dict) -> dict:
+    """The generated CSV corpus (made once) converted anew into each layout: {layout: DatasetInfo}."""
     from beam_jobs import convert  # imported late: --help stays fast
-    from benchmarks import pipelines
 
     csv_path = os.path.join(args.out, "corpus", "data.csv")
-    dataset, rows_dataset = os.path.join(args.out, "dataset"), os.path.join(args.out, "dataset-rows")
     if not os.path.exists(csv_path):
         print(f"generating {args.rows} rows into {csv_path}")
         corpus.write_csv(csv_path, args.rows)
     infos = {}
-    for path, layout in ((dataset, "blocks"), (rows_dataset, "rows")):
+    for layout, path in outputs.items():
         if os.path.exists(path):
             shutil.rmtree(path)
         print(f"converting {csv_path} with Beam's DirectRunner into {path} (--layout {layout})")
         infos[layout] = convert.run(
-            [
-                "--source",
-                "csv",
-                "--input",
-                csv_path,
-                "--output",
-                path,
-                "--label",
-                corpus.LABEL,
-                "--splits",
-                "train=0.9,eval=0.1",
-                "--num_shards",
-                "8",
-                "--layout",
-                layout,
-            ]
-        )
+            ["--source", "csv", "--input", csv_path, "--output", path, "--label", corpus.LABEL,
+             "--splits", "train=0.9,eval=0.1", "--num_shards", "8", "--layout", layout]
+        )  # fmt: skip
         if infos[layout] is None:
             raise SystemExit("the conversion did not produce a dataset")
-    info = infos["blocks"]
-    train = info.split("train").records
+    return infos
 
-    # make_dataset's own per-batch time, from a full epoch after a warm-up epoch.
-    _measure.drain(ingest.make_dataset(dataset, batch_size=args.batch_size))
-    n, seconds = _measure.drain(ingest.make_dataset(dataset, batch_size=args.batch_size))
+
+def _per_batch_ms(dataset: str, batch_size: int, train: int) -> float:
+    """make_dataset's own per-batch time, from a full epoch after a warm-up epoch."""
+    import ingest
+
+    _measure.drain(ingest.make_dataset(dataset, batch_size=batch_size))
+    n, seconds = _measure.drain(ingest.make_dataset(dataset, batch_size=batch_size))
     if n != train:
         raise SystemExit(f"read {n} records but the metadata records {train}")
-    per_batch_ms = 1000 * seconds / (n / args.batch_size)
-    step_ms = 2 * per_batch_ms
+    return 1000 * seconds / (n / batch_size)
+
+
+def _idle_reports(dataset: str, rows_dataset: str, args, step_ms: float) -> dict:
+    import ingest
+    from benchmarks import pipelines
 
     makers = {
         "make_dataset, blocks": lambda: ingest.make_dataset(dataset, batch_size=args.batch_size, num_epochs=None),
         "make_dataset, rows": lambda: ingest.make_dataset(rows_dataset, batch_size=args.batch_size, num_epochs=None),
         "naive (rows)": lambda: pipelines.naive(rows_dataset, batch_size=args.batch_size).repeat(),
     }
-    reports = {
+    return {
         name: ingest.measure_idle(make(), step_time_ms=step_ms, steps=args.steps, warmup_steps=20)
         for name, make in makers.items()
     }
+
+
+def _report(args, infos: dict, reports: dict, per_batch_ms: float, step_ms: float) -> None:
+    """The table, the wait timeline (PNG) and report.json."""
     rows = [
         {
             "pipeline": name,
@@ -121,7 +127,8 @@ def main(argv=None) -> int:
             "pipelines": {k: r.summary() for k, r in reports.items()},
         },
     )
-
+    info = infos["blocks"]
+    train = info.split("train").records
     sizes = {layout: i.split("train").bytes / 2**20 for layout, i in infos.items()}
     print(
         f"\n{train} training rows in {len(info.split('train').shards)} shards: {sizes['blocks']:.1f} MB as blocks, "
@@ -131,7 +138,6 @@ def main(argv=None) -> int:
     print(f"A simulated accelerator taking {step_ms:.2f} ms per step, {args.steps} steps after warm-up:\n")
     print(_measure.table(rows, ["pipeline", "idle_%", "verdict", "examples_per_sec", "wait_p99_ms"]))
     print(f"\nPer-step wait timeline: {plot}")
-    return 0
 
 
 if __name__ == "__main__":
