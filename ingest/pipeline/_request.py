@@ -142,15 +142,16 @@ def build(
     (batches of one). `raw=True` asks for serialized records only, so an image dataset
     needs no image options.
     """
-    options = ReadOptions() if options is None else options
-    service = _check_call(
-        options,
+    call = _check_call(
+        ReadOptions() if options is None else options,
         batch_size=batch_size,
         num_epochs=num_epochs,
         preprocess=preprocess,
         start_batch=start_batch,
         num_pipelines=num_pipelines,
+        pipeline_id=pipeline_id,
         seed=seed,
+        shuffle=shuffle,
         deterministic=deterministic,
         skip_corrupt=skip_corrupt,
         service=service,
@@ -175,36 +176,17 @@ def build(
     elif image.training is None:
         # Augment only what trains: another split, or any unshuffled read, gets the eval transform.
         image = dataclasses.replace(image, training=bool(split == "train" and shuffle))
-    pad_lengths = _checked_pad_lengths(facts.info, facts.features, pad_lengths, static_shapes)
-    cache = _checked_cache(cache)
-    if deterministic is None:
-        # Out-of-order delivery is faster; a seed asks for reproducibility.
-        deterministic = seed is not None
     return Request(
+        **call,
         info=facts.info,
         path=facts.root,
         split=facts.split,
-        options=options,
         features=facts.features,
         label=facts.label,
         label_classes=facts.label_classes,
-        pad_lengths=pad_lengths,
-        static_shapes=bool(static_shapes),
-        batch_size=batch_size,
-        drop_remainder=drop_remainder,
-        num_epochs=num_epochs,
-        preprocess=preprocess,
-        shuffle=shuffle,
-        seed=seed,
-        deterministic=deterministic,
-        cache=cache,
+        pad_lengths=_checked_pad_lengths(facts.info, facts.features, pad_lengths, static_shapes),
+        cache=_checked_cache(cache),
         image=image,
-        skip_corrupt=skip_corrupt,
-        num_pipelines=num_pipelines,
-        pipeline_id=pipeline_id,
-        service=service,
-        processing_mode=processing_mode,
-        start_batch=start_batch,
         text_codes=facts.text_codes,
         text_ids=facts.text_ids,
         masks=facts.masks,
@@ -246,15 +228,18 @@ def _check_call(
     preprocess,
     start_batch,
     num_pipelines,
+    pipeline_id,
     seed,
+    shuffle,
     deterministic,
     skip_corrupt,
     service,
     processing_mode,
     static_shapes,
     drop_remainder,
-) -> str | None:
-    """The checks that need no metadata, before any file is read; returns the service address, resolved."""
+) -> dict:
+    """The checks that need no metadata, before any file is read: the Request's fields the
+    call gives, checked, the service address and determinism resolved."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     if num_epochs is not None and (isinstance(num_epochs, bool) or not isinstance(num_epochs, int) or num_epochs < 1):
@@ -290,7 +275,24 @@ def _check_call(
             raise ValueError(f"processing_mode must be one of {_service.PROCESSING_MODES}, got {processing_mode!r}")
     if static_shapes and not drop_remainder:
         raise ValueError("static_shapes=True needs drop_remainder=True, so that the batch dimension is fixed")
-    return service
+    return dict(
+        options=options,
+        batch_size=batch_size,
+        num_epochs=num_epochs,
+        preprocess=preprocess,
+        start_batch=start_batch,
+        num_pipelines=num_pipelines,
+        pipeline_id=pipeline_id,
+        seed=seed,
+        shuffle=shuffle,
+        # Out-of-order delivery is faster; a seed asks for reproducibility.
+        deterministic=seed is not None if deterministic is None else deterministic,
+        skip_corrupt=skip_corrupt,
+        service=service,
+        processing_mode=processing_mode,
+        static_shapes=bool(static_shapes),
+        drop_remainder=drop_remainder,
+    )
 
 
 def _checked_pad_lengths(info: contract.DatasetInfo, selected: list, pad_lengths, static_shapes: bool) -> dict:
