@@ -7,8 +7,10 @@ variant warmed up, then timed in rounds round robin; medians. Copy this file int
     probe.py tab DATASET...   make_dataset at batch 4096: the defaults, parse windows at once,
                               and each window's blocks read by its parse call
     probe.py img DATASET...   images/s at 224x224 training crops, batch 256
-    probe.py proc DATASET...  ingest.loader with 1, 2 and 4 worker processes (numpy) against
-                              make_dataset in-graph, batch 4096 and 256 (#45, #46)
+    probe.py proc DATASET...  ingest.loader with 1, 2 and 4 worker processes (numpy), and
+                              make_dataset's batches from 1, 2 and 4 workers into tf.data
+                              (design g, in-graph), against make_dataset in-graph, batch
+                              4096 and 256 (#45, #46)
     probe.py feed DATASET...  a small MLP's CUDA-graphed train step (bf16, AdamW; widths 256
                               and 1024) fed by ingest.loader(to="torch", device="cuda"), against
                               the same step on a GPU-resident batch (the floor): real idle
@@ -97,8 +99,21 @@ def loader_rate(path: str, batch_size: int, processes: int, rows: int, text: str
         return seen / (time.perf_counter() - start)
 
 
+def fed_rate(path: str, batch_size: int, processes: int, k: int) -> int:
+    """Design (g): make_dataset's batches from `processes` workers into tf.data, in-graph."""
+    from ingest.stream import Stream, _tf_feed
+
+    request = dict(batch_size=batch_size, seed=3, num_epochs=None, shuffle=True)
+    stream = Stream({"path": path, "request": request}, processes=processes)
+    try:
+        return measure({"g": lambda: _tf_feed.batches(stream)}, k=k)["g"]
+    finally:
+        stream.close()
+
+
 def processes(path: str, batches: int | None) -> list:
-    """make_dataset in-graph against ingest.loader with K workers, on this process's cores."""
+    """make_dataset in-graph against ingest.loader with K workers and against design (g),
+    on this process's cores."""
     cores = len(os.sched_getaffinity(0))
     out = []
     for b in (4096, 256):
@@ -108,6 +123,7 @@ def processes(path: str, batches: int | None) -> list:
         for workers in (1, 2, 4):
             if workers <= max(1, cores // 2):
                 rates[f"loader, {workers} worker(s)"] = round(loader_rate(path, b, workers, rows=k * b))
+                rates[f"(g) {workers} worker(s) into tf.data"] = fed_rate(path, b, workers, k)
         out.append({"mode": "proc", "cores": cores, "dataset": path, "batch": b, "rows_per_s": rates})
     return out
 

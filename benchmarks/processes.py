@@ -15,6 +15,9 @@ warm-up of 100k rows, medians of `--rounds` timings:
     (b) ingest.loader: K worker processes (K = 1 on both cores, K = 2 pinned a core
         each), batches handed over in shared memory and copied once into numpy (or
         torch) in the consumer, against (f) on 2 cores
+    (g) make_dataset's batches from K worker processes into tf.data (`ingest.stream._tf_feed`:
+        a window a Python call, batches cut in the runtime), consumed in-graph as (f),
+        against (f) on 2 cores
     hand-off: what a batch costs from a window in a worker's slot to the consumer's
         numpy arrays (one copy into the slot, one out), us a batch and ns a row
 
@@ -120,6 +123,18 @@ def _timed_in_graph(ds, batch_size: int, rounds: int) -> list:
         seen = int(pull(tf.constant(it_rows // batch_size)))
         rates.append(seen / (time.perf_counter() - t))
     return rates
+
+
+def _fed_rates(path, batch_size, text, rounds, processes) -> list:
+    """(g): the stream of `processes` workers as a tf.data.Dataset, drained in-graph."""
+    from ingest.stream import Stream, _tf_feed
+
+    request = dict(batch_size=batch_size, seed=3, num_epochs=None, shuffle=True, text=text)
+    stream = Stream({"path": path, "request": request}, processes=processes)
+    try:
+        return _timed_in_graph(_tf_feed.batches(stream), batch_size, rounds)
+    finally:
+        stream.close()
 
 
 def _service_rates(path, batch_size, text, rounds, workers: int = 2) -> list:
@@ -231,6 +246,8 @@ def _child(args) -> dict:
     text = "ids" if args.corpus == "low" else "strings"
     if args.child == "service":
         rates = _service_rates(p, args.batch_size, text, args.rounds)
+    elif args.child == "fed":
+        rates = _fed_rates(p, args.batch_size, text, args.rounds, args.processes)
     elif args.child == "graph":
         rates = _in_graph(
             p, args.batch_size, text, args.rounds, json.loads(args.slice) if args.slice else None, args.sub_pipelines
@@ -265,6 +282,9 @@ def _designs(common: list) -> dict:
     r["(d) 1 process, 2 sub-pipelines, private pools"] = _result(
         _spawn("0-1", *common, "--child", "graph", "--sub_pipelines", "2")
     )["rate"]
+    for k in (1, 2):
+        got = _result(_spawn("0-1", *common, "--child", "fed", "--processes", str(k)))
+        r[f"(g) make_dataset from {k} worker(s), in-graph"] = got["rate"]
     for k in (1, 2):
         got = _result(_spawn("0-1", *common, "--child", "loader", "--processes", str(k), "--to", "numpy"))
         r[f"(b) loader, {k} worker(s), numpy"] = got["rate"]

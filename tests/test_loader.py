@@ -447,3 +447,23 @@ def test_a_global_seed_orders_the_loader_as_it_orders_make_dataset(dataset):
         tf.random.set_seed(None)
     assert got == want
     assert want != _reference(dataset)  # another global seed, another order (as make_dataset's)
+
+
+@pytest.mark.parametrize("processes", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_the_stream_as_a_tf_dataset_gives_make_datasets_batches(dataset, processes):
+    """Design (g) of #45 (benchmarks/processes.py, device_probe.py proc): windows cross into
+    tf.data one Python call each, batches are cut in the runtime; a short batch included."""
+    from ingest.stream import Stream, _tf_feed
+
+    # 2 epochs of 3,000 rows in batches of 128: the pass ends in a short batch of 112
+    kw = {**KW, "batch_size": 128, "shuffle": True}
+    want = _reference(dataset, passes=2, batch_size=128)
+    stream = Stream({"path": dataset, "request": kw}, processes=processes)
+    try:
+        ds = _tf_feed.batches(stream)
+        got = [_digest(ds.as_numpy_iterator()), _digest(ds.as_numpy_iterator())]
+        sizes = [len(label) for _, label in ds.as_numpy_iterator()]
+    finally:
+        stream.close()
+    assert got == want
+    assert want[0] != want[1] and sizes == [128] * 46 + [112]

@@ -308,7 +308,11 @@ def test_the_device_probes_process_mode_reports_the_loader_beside_make_dataset(t
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line["batch"] for line in lines] == [4096, 256]
     assert all(r > 0 for line in lines for r in line["rows_per_s"].values())
-    assert {"make_dataset in-graph", "loader, 1 worker(s)"} <= set(lines[0]["rows_per_s"])
+    assert {
+        "make_dataset in-graph",
+        "loader, 1 worker(s)",
+        "(g) 1 worker(s) into tf.data",
+    } <= set(lines[0]["rows_per_s"])
 
 
 @pytest.mark.slow

@@ -34,9 +34,16 @@ being parsed, one prefetched): about K x (320 MB + (slots + window_calls + 1) x 
 bytes), a window >= 81,920 rows. Measured (PSS of all processes, 500k-row numeric
 corpus): 880 MB in one process, 908 MB with 1 worker, 1,227 MB with 2.
 
+A TensorFlow trainer can take the same stream as a `tf.data.Dataset` (`_tf_feed`: a
+window a Python call, batches cut in the runtime). It is not `make_dataset`'s default:
+on 2 cores the workers and the trainer's runtime share the cores and it reads below
+`make_dataset` in one process; the GPU host's probe (`benchmarks/device_probe.py proc`)
+measures it on 16.
+
 May import: `ingest.pipeline` (the workers build its seekable order), `ingest.metadata`
 and below; not `ingest.bridges` beside it, nor the face (`ingest.__init__`). The consumer
-side (`_loader`, `_stream`, `_workers`) imports no TensorFlow: only the workers do.
+side (`_loader`, `_stream`, `_workers`) imports no TensorFlow: only the workers do, and
+`_tf_feed`, which is for a trainer that has it.
 """
 
 from ingest.stream._loader import Loader, loader

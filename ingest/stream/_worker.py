@@ -76,6 +76,7 @@ class _Built:
         self.ds = ds.prefetch(1).with_options(options)
         spec_ = ds.element_spec[1]
         self.structure, specs = _structure(spec_)
+        self.columns = [(s.dtype.name, tuple(s.shape[1:])) for _, s in specs]
         ragged = [name for name, s in specs if not isinstance(s, tf.TensorSpec)]
         if ragged:
             raise ValueError(
@@ -93,6 +94,8 @@ class _Built:
             "epoch_rows": self.epoch_rows,
             "rank_rows": self.rank_rows,
             "structure": self.structure,
+            # (dtype, shape past the batch's) a column, for a consumer that declares them
+            "columns": self.columns,
             "seed": self.seed,
             "fingerprint": self.fingerprint,
         }
