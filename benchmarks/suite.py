@@ -168,8 +168,10 @@ def _layouts(workdir: str, rows: int, steps: int) -> list:
     for layout in ("rows", "blocks"):
         path = corpus.ensure_dataset(workdir, rows, 16, layout=layout)
         shortest, sweep = None, []
+        # One build a layout, a new iterator a step: the build is no part of the idle, and
+        # building anew for each of up to 16 steps was half of the sweep's time.
+        ds = ingest.make_dataset(path, batch_size=BATCH, num_epochs=None)
         for step_ms in _SWEEP_MS:
-            ds = ingest.make_dataset(path, batch_size=BATCH, num_epochs=None)
             report = ingest.measure_idle(ds, step_time_ms=step_ms, steps=steps, warmup_steps=20)
             sweep.append([step_ms, report.idle_fraction])
             if report.idle_fraction > IDLE_TARGET:
@@ -208,13 +210,15 @@ def _images(workdir: str, *, quick: bool, count: int | None) -> list:
     rate, _ = images.steady_rate(ours(), warmup=5, measured=10 if quick else 40)
     step_ms = 1.25 * 1000 * images.BATCH / rate
     steps = 15 if quick else 60
+    # Ten warm-up steps of the naive Pillow loop were most of the quick run's image time.
+    warmup = 3 if quick else 10
     makers = {
         "naive": lambda: images.naive_batches(files, np.random.default_rng(0)),
         "hand_written": lambda: images.hand_written(files),
         "make_dataset": ours,
     }
     return [
-        _record("images", name, ingest.measure_idle(make(), step_time_ms=step_ms, steps=steps, warmup_steps=10))
+        _record("images", name, ingest.measure_idle(make(), step_time_ms=step_ms, steps=steps, warmup_steps=warmup))
         for name, make in makers.items()
     ]
 

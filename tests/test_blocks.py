@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ingest.contract import FeatureSpec
+from ingest.pipeline._functions import own_functions
 from ingest.pipeline.blocks.parse import parse_blocks, permute_rows
 from tests.conftest import examples
 
@@ -209,11 +210,18 @@ def _mixed_rows(n: int, seed: int = 7) -> list:
     return rows
 
 
+def _parsed_in_map(ds: tf.data.Dataset) -> tf.data.Dataset:
+    # As the pipeline maps it (ingest/pipeline/_functions.py): traced without AutoGraph,
+    # whose conversion of the parse module was ~3 s of each such test.
+    with own_functions():
+        return ds.map(lambda b: parse_blocks(b, _MIXED, with_presence=True))
+
+
 def test_parse_blocks_in_a_tf_data_map_gives_the_same_rows():
     rows = _mixed_rows(300)
     blocks = write_blocks(_MIXED, rows, 8)  # 38 blocks, the last one of 4 rows
     ds = tf.data.Dataset.from_tensor_slices(blocks).batch(7)
-    ds = ds.map(lambda b: parse_blocks(b, _MIXED, with_presence=True))
+    ds = _parsed_in_map(ds)
     windows = list(ds)
     assert len(windows) == 6
     values = {s.name: tf.concat([w[0][s.name] for w in windows], axis=0) for s in _MIXED}
@@ -294,7 +302,7 @@ def test_a_malformed_block_raises_naming_the_feature(case):
 def test_a_malformed_block_raises_inside_a_tf_data_map(case):
     change, message = _CORRUPTIONS[case]
     ds = tf.data.Dataset.from_tensor_slices(_malformed_window(change)).batch(3)
-    ds = ds.map(lambda b: parse_blocks(b, _MIXED, with_presence=True))
+    ds = _parsed_in_map(ds)
     with pytest.raises(tf.errors.InvalidArgumentError, match=message):
         list(ds)
 
@@ -350,7 +358,8 @@ def test_permute_rows_without_a_seed_still_keeps_rows_aligned():
 def test_permute_rows_in_a_tf_data_map():
     rows = _mixed_rows(100)
     ds = tf.data.Dataset.from_tensors(write_blocks(_MIXED, rows, 64))
-    ds = ds.map(lambda b: permute_rows(parse_blocks(b, _MIXED), tf.constant([3, 4], tf.int64)))
+    with own_functions():
+        ds = ds.map(lambda b: permute_rows(parse_blocks(b, _MIXED), tf.constant([3, 4], tf.int64)))
     (permuted,) = list(ds)
     ids = permuted["id"].numpy()
     assert sorted(ids.tolist()) == list(range(100))

@@ -91,6 +91,8 @@ def test_csv_decimals_float32_would_change_are_float64_and_read_back_exactly(mon
     assert spec[0] == [123456789.12] and spec[5] is None
 
 
+# Over 5 s on a busy 2-core machine (a two-worker run, 2026-12-03): the slow tier.
+@pytest.mark.slow
 def test_shuffled_seekable_text_ids_and_span_reads_keep_float64(money, tmp):
     root, src = money
     blocks = str(root / "blocks")
@@ -234,7 +236,8 @@ def test_feature_space_and_preprocessing_normalize_a_float64_feature(money):
     assert pre.matrix({"price": values}).dtype == np.float32
 
 
-@pytest.mark.parametrize("processes", [0, 1])
+# A worker process: over 5 s on a busy 2-core machine (the template imports TensorFlow).
+@pytest.mark.parametrize("processes", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_the_loader_gives_numpy_float64(money, processes):
     root, _ = money
     blocks = str(root / "blocks")

@@ -344,6 +344,8 @@ def test_a_failed_command_prints_one_error_line_without_traceback(tmp):
     assert verbose.stderr.strip().splitlines()[-1].startswith("error: 2 of 3 rows")
 
 
+# Over 5 s on a busy 2-core machine (a two-worker run, 2026-12-03): the slow tier.
+@pytest.mark.slow
 def test_the_error_for_bad_images_does_not_suggest_column_types(tmp):
     from PIL import Image
 

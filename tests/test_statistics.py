@@ -125,6 +125,8 @@ def _keras_order(counts: pd.Series) -> list:
     return sorted(items, key=key, reverse=True)
 
 
+# Over 5 s on a busy 2-core machine (a two-worker run, 2026-12-03): the slow tier.
+@pytest.mark.slow
 def test_statistics_per_split_and_overall_match_pandas(converted):
     table, path, ids = converted
     info = ingest.load_info(path)
