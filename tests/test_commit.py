@@ -79,10 +79,12 @@ def test_every_shuffle_keeps_every_record_and_mixes_the_shard(tmp_path, strategy
     assert other.getvalue() != out.getvalue()
 
 
-def test_without_shuffle_a_shard_keeps_source_order(tmp_path):
+# SMALL reads each run in parts of ~1,000 bytes (each at its own byte offset), the default in one.
+@pytest.mark.parametrize("budget", [commit_rows.Budget(), SMALL], ids=["one_read_a_run", "reads_of_1000_bytes"])
+def test_without_shuffle_a_shard_keeps_source_order(tmp_path, budget):
     fragments = _fragments(tmp_path, shuffled_runs=False)
     out = io.BytesIO()
-    assert commit_rows.write_shard(list(reversed(fragments)), out, rng=None) == N
+    assert commit_rows.write_shard(list(reversed(fragments)), out, rng=None, budget=budget) == N
     assert _values(out) == list(range(N))
 
 

@@ -169,8 +169,8 @@ def concatenate(fragments: list, out, budget: Budget = Budget()) -> int:
     records = 0
     with RunReader(fragments) as reader:
         for run in coalesced(runs_in_input_order(fragments)):
-            for first, last in _stretches(run.lengths, budget.read_bytes):
-                out.write(reader.bytes_of(_part(run, first, last)))
+            for part in _stretches(run, budget.read_bytes):
+                out.write(reader.bytes_of(part))
             records += len(run.lengths)
     return records
 
@@ -244,28 +244,26 @@ def bucket_on_disk(fragments: list, out, rng, budget: Budget) -> int:
     return records
 
 
-def _stretches(lengths: np.ndarray, read_bytes: int):
-    """(first, last) frame bounds cutting `lengths` into stretches of ~`read_bytes` (at
-    least one frame each)."""
-    ends = np.cumsum(lengths)
+def _stretches(run: Run, read_bytes: int):
+    """`run` cut into consecutive parts (Runs) of ~`read_bytes` (at least one frame each).
+
+    Each part's byte offset comes from the one running sum: summing the frames before each
+    part anew was quadratic in the parts of a run (a shard's run at a small read budget).
+    """
+    ends = np.cumsum(run.lengths)
     first = 0
-    while first < len(lengths):
+    while first < len(run.lengths):
         start = int(ends[first - 1]) if first else 0
         last = max(first + 1, int(np.searchsorted(ends, start + read_bytes, side="right")))
-        yield first, last
+        yield Run(run.fragment, run.byte + start, run.lengths[first:last])
         first = last
-
-
-def _part(run: Run, first: int, last: int) -> Run:
-    return Run(run.fragment, run.byte + int(run.lengths[:first].sum()), run.lengths[first:last])
 
 
 def _pieces(fragments: list, read_bytes: int):
     """Yields the shard's frames, in input order, as Arrow arrays of at most ~`read_bytes` each."""
     with RunReader(fragments) as reader:
         for run in coalesced(runs_in_input_order(fragments)):
-            for first, last in _stretches(run.lengths, read_bytes):
-                part = _part(run, first, last)
+            for part in _stretches(run, read_bytes):
                 yield frames_array(reader.bytes_of(part), offsets_of(part.lengths))
 
 
