@@ -343,7 +343,10 @@ def test_a_processs_loaders_share_one_template_which_ends_when_idle(dataset, mon
             assert [f["id"].tolist() for f, _ in second] == want
             assert second._stream.workers.template.proc is template
             assert [_parent(p.pid) for p in second._stream.workers.procs] == [template.pid] * 2
-    with ingest.loader(dataset, **kw) as third:  # after both closed, within the idle time
+    # After both closed, within the idle time, in what pytest says is another test (a variable
+    # no worker reads): the same template.
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/other.py::test_other (call)")
+    with ingest.loader(dataset, **kw) as third:
         assert [f["id"].tolist() for f, _ in third] == want and third._stream.workers.template.proc is template
     # Another environment (workers read the one their template started with): a new template,
     # idle for a second at most, which then ends; the next loader starts another.

@@ -42,6 +42,11 @@ _STOP_TIMEOUT_S = 5.0
 # seconds of the first (train then eval, a restart) or not at all.
 _IDLE_S = 30.0
 _SHARED: dict = {}  # "template" -> this process's _Template
+# Variables a process's host rewrites that no worker reads, left out of the environment a
+# template is started with and compared by: pytest sets PYTEST_CURRENT_TEST at each phase of
+# each test, so every test's loader started a template of its own (12 in a run of the loader
+# tests, each importing TensorFlow again).
+_UNREAD = frozenset({"PYTEST_CURRENT_TEST"})
 _SHARED_LOCK = threading.Lock()
 
 
@@ -56,11 +61,16 @@ def _shared_template(*, stale=None) -> "_Template":
             template is None
             or template is stale
             or template.pid != os.getpid()
-            or template.environ != os.environ
+            or template.environ != _environment()
             or template.proc.poll() is not None
         ):
             template = _SHARED["template"] = _Template()
         return template
+
+
+def _environment() -> dict:
+    """This process's environment as its workers would read it."""
+    return {k: v for k, v in os.environ.items() if k not in _UNREAD}
 
 
 class WorkerError(RuntimeError):
@@ -208,8 +218,8 @@ class _Template:
     """The template process (see `ingest.stream._template`) and what it says of its workers."""
 
     def __init__(self):
-        self.environ = dict(os.environ)
-        env = dict(os.environ)
+        self.environ = _environment()
+        env = dict(self.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH")) if p)
         mine, theirs = socket.socketpair()
         mine.setblocking(True)
