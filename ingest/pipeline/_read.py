@@ -220,9 +220,10 @@ def _check_block_rows(filename, first, rows, expected, expected_rows, block_rows
     return check_blocks(
         tf.logical_or(tf.equal(rows, want), positions >= expected),
         lambda i: tf.strings.join(
-            ["shard ", filename, " block ", tf.strings.as_string(positions[i])]
-            + [" holds ", tf.strings.as_string(rows[i]), f" rows, but {contract.METADATA_FILENAME} lists "]
-            + [tf.strings.as_string(want[i]), f" ({block_rows} a block, the shard's last the rest). ", _DISAGREE_FIX]
+            ["shard ", filename, " block ", tf.strings.as_string(tf.gather(positions, i))]
+            + [" holds ", tf.strings.as_string(tf.gather(rows, i)), f" rows, but {contract.METADATA_FILENAME} lists "]
+            + [tf.strings.as_string(tf.gather(want, i)), f" ({block_rows} a block, the shard's last the rest). "]
+            + [_DISAGREE_FIX]
         ),
     )
 

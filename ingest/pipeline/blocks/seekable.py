@@ -209,11 +209,11 @@ def _all_read(positions, blocks, index: BlockIndex, names) -> tf.Operation:
         lambda i: tf.strings.join(
             [
                 "shard ",
-                names[i],
+                tf.gather(names, i),
                 " ends before its block ",
-                tf.strings.as_string(tf.gather(in_shard, blocks[i])),
+                tf.strings.as_string(tf.gather(in_shard, tf.gather(blocks, i))),
                 " (byte offset ",
-                tf.strings.as_string(tf.gather(offsets, blocks[i])),
+                tf.strings.as_string(tf.gather(offsets, tf.gather(blocks, i))),
                 "): it was cut after the dataset was built. Reconvert the dataset, or pass skip_corrupt=True "
                 "to skip the rest of a bad shard.",
             ]
