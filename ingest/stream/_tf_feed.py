@@ -10,9 +10,10 @@
 Design (g) of #45: the process stream for a trainer that consumes in-graph, where
 `from_generator` over the loader's batches pays a Python call a batch (0.12x
 `make_dataset` at batch 256 on 2 cores). Not `make_dataset`'s default: on this 2-core
-machine it reads 0.64-1.05x `make_dataset` in-graph (BENCHMARKS.md, "A TensorFlow trainer
-fed by worker processes"), since the consumer's runtime and the workers share the same
-two cores; alone on a core the hand-off moves 25M rows/s at batch 4096 and 6.3M at 256.
+machine it reads 0.68-1.04x `make_dataset` in-graph (medians over corpora, batch sizes and
+1 or 2 workers; BENCHMARKS.md, "A TensorFlow trainer fed by worker processes"), since
+the consumer's runtime and the workers share the same two cores; alone on a core the
+hand-off moves 25M rows/s at batch 4096 and 6.3M at 256.
 Whether it wins on a 16-core GPU host is what `benchmarks/device_probe.py proc` measures.
 Its iterators do not checkpoint: each is a new pass of the stream from its first batch.
 """
