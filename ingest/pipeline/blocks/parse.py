@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from ingest import contract
 
-__all__ = ["ROWS_FEATURE", "check_blocks", "parse_blocks", "permute_rows", "as_float64"]
+__all__ = ["ROWS_FEATURE", "check_blocks", "format_message", "parse_blocks", "permute_rows", "as_float64"]
 
 ROWS_FEATURE = contract.BLOCK_ROWS_FEATURE
 ROW_LENGTHS_SUFFIX = contract.ROW_LENGTHS_SUFFIX
@@ -94,9 +94,9 @@ def check_rows(got, want, shards, positions) -> tf.Operation:
     """Fails naming the first block whose `__rows__` differ from what the metadata gives it."""
     return check_blocks(
         tf.equal(got, want),
-        lambda i: tf.strings.join(
-            ["block ", tf.strings.as_string(_at(positions, i)), " of shard ", _at(shards, i), " holds "]
-            + [tf.strings.as_string(_at(got, i)), " rows, its metadata says ", tf.strings.as_string(_at(want, i))]
+        lambda i: format_message(
+            ["block ", _at(positions, i), " of shard ", _at(shards, i), " holds ", _at(got, i)]
+            + [" rows, its metadata says ", _at(want, i)]
             + [f". The shard was replaced after conversion, or {contract.METADATA_FILENAME} comes from another "]
             + ["conversion. Reconvert the dataset."]
         ),
@@ -120,11 +120,34 @@ def _where_parsed(i, per_block: tf.Tensor) -> list:
     return ["(block ", i, " of the ", tf.size(per_block, out_type=tf.int64), " parsed together)"]
 
 
-def _format(parts: list) -> tf.Tensor:
-    """Python strings and scalar tensors (numbers or strings) joined into one message."""
-    return tf.strings.join(
-        [p if isinstance(p, str) or p.dtype == tf.string else tf.strings.as_string(p) for p in parts]
-    )
+_SLOT = "\x01"  # tf.strings.format's placeholder: no message holds it
+
+
+def format_message(parts: list) -> tf.Tensor:
+    """Python strings and scalar tensors (numbers or strings) joined into one message.
+
+    Text and numbers between two string tensors are one StringFormat op, the text in its
+    template: an AsString a number and a Const a piece of text were a fifth of a window
+    function's ops, all in messages that run only on failure. (StringFormat would quote a
+    string tensor: those are joined as they are.)
+    """
+    pieces, template, numbers = [], "", []
+
+    def flush():
+        if template:
+            pieces.append(tf.strings.format(template, numbers, placeholder=_SLOT) if numbers else template)
+
+    for p in parts:
+        if isinstance(p, str):
+            template += p
+        elif p.dtype == tf.string:
+            flush()
+            pieces.append(p)
+            template, numbers = "", []
+        else:
+            template, numbers = template + _SLOT, numbers + [p]
+    flush()
+    return pieces[0] if len(pieces) == 1 and not isinstance(pieces[0], str) else tf.strings.join(pieces)
 
 
 def _counts_check(features: Sequence[contract.FeatureSpec], lists_of: Mapping, coded, rows_per_block, where):
@@ -157,7 +180,7 @@ def _counts_check(features: Sequence[contract.FeatureSpec], lists_of: Mapping, c
 
     def message(i):
         which, block = i // blocks, i % blocks
-        return _format(
+        return format_message(
             ["block feature `", _at(names, which), "` holds ", _at(held, i), " ", _at(units, which), " for "]
             + [_at(rows_per_block, block), _at(rows_said, which), " "]
             + where(block, rows_per_block)
@@ -273,7 +296,7 @@ def _global_codes(
             tf.concat([dictionaries_of[f.name].row_lengths() for f in coded], 0),
             c * tf.size(rows_per_block, tf.int64) + block,
         )
-        return _format(
+        return format_message(
             ["block feature `", _at(names, c), "` holds the code ", code, " for a dictionary of ", size, " values "]
             + where(block, rows_per_block)
         )
@@ -301,7 +324,7 @@ def _ids_check(sizes: Mapping, dictionaries_of, rows_per_block, where) -> tf.Ope
         # Built only on failure: the first column whose ids in this block are out of range.
         c = tf.argmax(tf.cast(tf.logical_not(tf.stack([ok[block] for ok in oks])), tf.int32), output_type=tf.int32)
         branches = [lambda n=n: _first_out_of_range(dictionaries_of[n][block], sizes[n]) for n in names]
-        return _format(
+        return format_message(
             ["block feature `", tf.gather(tf.constant([n + IDS_SUFFIX for n in names]), c), "` holds the id "]
             + [tf.switch_case(c, branches), " for a vocabulary of "]
             + [tf.gather(tf.constant([sizes[n] for n in names], tf.int64), c), " values "]
@@ -339,7 +362,7 @@ def _column(f: contract.FeatureSpec, values: tf.RaggedTensor, parsed: Mapping, t
     value_ends = tf.gather(splits, lengths.row_splits[1:])
     sum_check = check_blocks(
         tf.equal(value_ends, values.row_splits[1:]),
-        lambda i: _format(
+        lambda i: format_message(
             [f"block feature `{name}` holds ", _at(values.row_lengths(), i)]
             + [f" values but its `{lengths_name}` sum to "]
             + [_at(value_ends, i) - _at(splits, _at(lengths.row_splits, i)), " "]
@@ -349,7 +372,7 @@ def _column(f: contract.FeatureSpec, values: tf.RaggedTensor, parsed: Mapping, t
     # A negative length could still sum right and would make the row splits go backwards.
     sign_check = check_blocks(
         lengths.values >= 0,
-        lambda j: _format(
+        lambda j: format_message(
             [f"block feature `{lengths_name}` holds the negative length ", _at(lengths.values, j), " "]
             + where(_row_of(lengths.row_splits, j), value_ends)
         ),
@@ -367,7 +390,7 @@ def _missing_rows(f: contract.FeatureSpec, parsed: Mapping, rows_per_block, bloc
     name = f.name + MISSING_SUFFIX
     check = check_blocks(
         in_range,
-        lambda j: _format(
+        lambda j: format_message(
             [f"block feature `{name}` names row ", _at(missing.values, j), " of a block of ", _at(rows_of_block, j)]
             + [" rows "]
             + where(_at(block_of, j), rows_per_block)
