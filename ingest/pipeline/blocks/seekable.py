@@ -646,8 +646,8 @@ class _SeekableOrder:
         # (and the split's tail empty).
         count = tf.minimum(tail, 1)
         short = _reshaper(tf.concat([count, tail], 0))
-        if any(isinstance(x, tf.RaggedTensor) for x in columns):
-            tail_rows, count_rows = (tf.reshape(v, []) for v in (tail, count))
+        ragged = any(isinstance(x, tf.RaggedTensor) for x in columns)
+        tail_rows, count_rows = (tf.reshape(v, []) for v in (tail, count)) if ragged else (None, None)
         tails = [
             tf.RaggedTensor.from_uniform_row_length(p[1], tail_rows, nrows=count_rows, validate=False)
             if isinstance(x, tf.RaggedTensor)
