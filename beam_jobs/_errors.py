@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import re
 
-__all__ = ["ConversionError", "full_disk_named", "is_denied", "root_cause", "storage_error"]
+__all__ = ["ConversionError", "full_disk_named", "is_denied", "open_named", "root_cause", "storage_error"]
 
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 
@@ -17,6 +18,8 @@ _ROLES = {
     "--schema_from": "roles/storage.objectViewer on the bucket of the dataset whose schema it carries",
 }
 # google-cloud-storage's errors read "403 GET <url>: <GCS's message>"; the path is named already.
+# A download's message is GCS's JSON body instead, then the transport's own words:
+# '403 GET <url>: {"error": {"code": 403, "message": ...}}: (\'Request failed ...\')'.
 _REQUEST = re.compile(r"^(\d{3} )[A-Z]+ https?://\S+: ")
 
 
@@ -59,14 +62,74 @@ def is_denied(e: BaseException) -> bool:
     return _denied(root_cause(e))
 
 
+def _reason(cause: BaseException) -> str:
+    """The storage's own words for `cause`: the status and GCS's message, without the URL,
+    the JSON around the message, or the transport's repetition of the status."""
+    text = str(cause).strip()
+    request = _REQUEST.match(text)
+    if request is None:
+        return text.rstrip(".") or type(cause).__name__
+    rest = text[request.end() :]
+    if rest.startswith("{"):
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            body, _ = json.JSONDecoder().raw_decode(rest)
+            rest = str(body["error"]["message"])
+    return (request.group(1) + rest).rstrip(".")
+
+
 def storage_error(doing: str, flag: str, path: str, e: BaseException, kind=ConversionError) -> ConversionError:
     """The error (`kind`) for `flag`'s `path` when the filesystem refused `doing` it:
     the storage's own reason, and for a refused permission the role to grant."""
     cause = root_cause(e)
-    reason = _REQUEST.sub(r"\1", str(cause).strip()).rstrip(".") or type(cause).__name__
+    reason = _reason(cause)
     if _denied(cause):
         return kind(f"permission denied on {flag} {path}: {reason}; {_permission_fix(flag, path)}")
     return kind(f"cannot {doing} {flag} {path}: {reason}")
+
+
+def open_named(flag: str, path: str):
+    """`path` opened for reading through Beam's filesystems, its failures naming `flag` and
+    `path` (`storage_error`). Beam opens a GCS object lazily (its first request is the first
+    read, or the size a seek to the end asks for), so a refused object fails in a read, deep
+    in Arrow's or the job's code, not in the open: each call of the file is wrapped."""
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+
+    try:
+        raw = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    except Exception as e:  # Beam raises several types
+        raise storage_error("open", flag, path, e, OSError) from e
+    return _NamedFile(raw, flag, path)
+
+
+class _NamedFile:
+    """A file whose storage failures (a refused permission, an HTTP status) name it."""
+
+    def __init__(self, raw, flag: str, path: str):
+        self._raw, self._flag, self._path = raw, flag, path
+
+    def __getattr__(self, name):
+        attr = getattr(self._raw, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            try:
+                return attr(*args, **kwargs)
+            except Exception as e:
+                cause = root_cause(e)
+                # Not an OSError: the readers take an OSError in a read for a damaged file.
+                if _denied(cause) or isinstance(getattr(cause, "code", None), int):
+                    raise storage_error("read", self._flag, self._path, e) from e
+                raise
+
+        return call
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._raw.close()
 
 
 @contextlib.contextmanager

@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 import ingest
-from beam_jobs import convert
+from beam_jobs import _errors, convert
 from beam_jobs.convert import ConversionError
 from beam_jobs.output import directory as output_dir
 from ingest.pipeline.blocks import index as block_index
@@ -206,6 +206,29 @@ def list_only_inputs(gcs) -> dict:
         "parquet": (f"gs://{LIST_ONLY_BUCKET}/raw/*.parquet", f"gs://{LIST_ONLY_BUCKET}/raw/a.parquet"),
         "images": ("gs://bkt/mixed/manifest.csv", f"gs://{LIST_ONLY_BUCKET}/img/0.png"),
     }
+
+
+@pytest.mark.parametrize(
+    "detail",
+    [
+        "{body}",  # an object's metadata: GCS's message
+        '{{"error": {{"code": 403, "message": "{body}", "errors": [{{"reason": "forbidden"}}]}}}}: '
+        "('Request failed with status code', 403, 'Expected one of', <HTTPStatus.OK: 200>)",  # its content
+    ],
+)
+def test_a_refused_request_is_quoted_by_gcs_message_not_its_url_or_json(detail):
+    # google-cloud-storage words a refused download as the URL, GCS's JSON body and the
+    # transport's own repetition of the status; a refused metadata read as the URL and the message.
+    from google.api_core import exceptions
+
+    body = "a@b.iam does not have storage.objects.get access to the Google Cloud Storage object."
+    url = "https://storage.googleapis.com/download/storage/v1/b/x/o/y%2Fz?alt=media"
+    error = _errors.storage_error(
+        "read", "--input", "gs://x/y/z", exceptions.Forbidden(f"GET {url}: " + detail.format(body=body))
+    )
+    assert str(error).startswith(f"permission denied on --input gs://x/y/z: 403 {body[:-1]}; grant the account ")
+    for noise in ("{", "https://", "Request failed"):
+        assert noise not in str(error)
 
 
 @pytest.mark.parametrize("source", ["csv", "parquet", "images"])

@@ -24,9 +24,9 @@ import logging
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
+
+from beam_jobs._errors import open_named
 
 __all__ = [
     "CsvRange",
@@ -80,7 +80,7 @@ def splittable(path: str) -> bool:
 def scan_range(path: str, start: int, end: int) -> RangeScan:
     quotes = newlines = 0
     inside = [None, None]
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+    with open_named("--input", path) as f:
         f.seek(start)
         pos = start
         while pos < end:

@@ -16,10 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
-from beam_jobs._errors import storage_error
+from beam_jobs._errors import open_named
 from beam_jobs.sources.csv_ranges import CsvRange, RangeFile
 from beam_jobs.sources.csv_records import RecordReader, Records
 
@@ -128,10 +126,7 @@ class CsvInput:
         self.first_row = 1  # physical row number of the first line read
 
     def __enter__(self):
-        try:
-            self._raw = FileSystems.open(self._path, compression_type=CompressionTypes.UNCOMPRESSED)
-        except Exception as e:  # Beam raises several types
-            raise storage_error("open", "--input", self._path, e, OSError) from e
+        self._raw = open_named("--input", self._path)
         if self._range is not None:
             part = RangeFile(self._raw, self._range.start, self._range.end)
             self.first_row = self._range.newlines_before + 1 + part.skipped_partial_line
@@ -379,11 +374,7 @@ def read_parquet_schema(path: str) -> pa.Schema:
 
 
 def open_parquet(path: str):
-    try:
-        # Parquet needs random access: no decompression wrapper.
-        return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
-    except Exception as e:
-        raise storage_error("open", "--input", path, e, OSError) from e
+    return open_named("--input", path)  # Parquet needs random access: no decompression wrapper
 
 
 def iter_parquet_chunks(path: str, columns: list, batch_rows: int = 32768) -> Iterator[Chunk]:
