@@ -30,6 +30,9 @@ from beam_jobs import convert  # noqa: E402
 # The `alone` marker's lock (a plugin of its own, so that its test runs it without TensorFlow).
 from tests._alone import pytest_configure, pytest_runtest_protocol, pytest_unconfigure  # noqa: E402, F401
 
+# The slow tier by measurement (tests/slow_tests.txt).
+from tests._tiers import pytest_collection_modifyitems  # noqa: E402, F401
+
 # Property tests run their full example counts in `make test` (CI) and a tenth in
 # `make test-fast` (INGEST_HYPOTHESIS=fast), the working loop.
 _FAST_PROPERTIES = os.environ.get("INGEST_HYPOTHESIS") == "fast"
