@@ -19,6 +19,7 @@ import ingest
 from beam_jobs import _errors, convert
 from beam_jobs.convert import ConversionError
 from beam_jobs.output import directory as output_dir
+from ingest.pipeline import _read
 from ingest.pipeline.blocks import index as block_index
 from tests.conftest import run_convert
 from tests.gcs import LIST_ONLY_BUCKET, GcsEmulator
@@ -98,18 +99,21 @@ def test_opening_a_dataset_downloads_the_block_indexes_of_its_own_shards_not_the
     train = converted.split("train").shards
     assert len(train) == 4 and all(s.index == s.filename + ".index" for s in train)
     for pipelines, mine in ((2, train[1::2]), (1, train)):
-        monkeypatch.setattr(block_index, "_offsets_cache", {})  # as in a fresh trainer process
+        # As in a fresh trainer process: no offsets cached, no shard's fingerprint checked.
+        monkeypatch.setattr(block_index, "_offsets_cache", {})
+        monkeypatch.setattr(_read, "_fingerprinted", set())
         ctx = tf.distribute.InputContext(num_input_pipelines=pipelines, input_pipeline_id=pipelines - 1)
         with gcs.recording() as served:
             ingest.make_dataset("gs://bkt/ds", batch_size=128, split="train", label="label", input_context=ctx)
         downloaded = {r.object for r in served if r.content and r.bytes}
-        assert downloaded == {"ds/dataset_info.json", *(f"ds/{s.index}" for s in mine)}, pipelines
+        ends = {f"ds/{s.filename}" for s in mine}  # their fingerprint: a small shard's ends are all of it
+        assert downloaded == {"ds/dataset_info.json", *(f"ds/{s.index}" for s in mine), *ends}, pipelines
         # Per shard of this pipeline: its size checked (TensorFlow may have it cached), its
-        # index read; no other shard named. The rest (the metadata, the listing that checks
-        # the shards exist) is per dataset.
+        # index and its ends read; no other shard named. The rest (the metadata, the listing
+        # that checks the shards exist) is per dataset.
         named = [r.object for r in served if r.object and r.object.startswith("ds/train-")]
         assert {n.removesuffix(".index") for n in named} == {f"ds/{s.filename}" for s in mine}, named
-        assert len(named) <= 2 * len(mine) and len(served) - len(named) <= 6, [r.path for r in served]
+        assert len(named) <= 3 * len(mine) and len(served) - len(named) <= 6, [r.path for r in served]
 
 
 def test_images_from_a_manifest_of_gcs_paths(gcs, tmp_path):

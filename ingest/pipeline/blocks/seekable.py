@@ -93,7 +93,9 @@ def _check_shards_once(req: Request, index: BlockIndex) -> None:
     orders check, makes tf.data log a warning per window that the graph holds state."""
     if req.service is not None:
         return
-    shards = zip(index.files, _read.recorded_shards(req, index.files))
+    # The index names every shard of the split; this pipeline reads, and checks, its own.
+    files = [index.files[i] for i in np.unique(index.file_of)]
+    shards = zip(files, _read.recorded_shards(req, files))
     listed = [(f, s.bytes, s.fingerprint) for f, s in shards if s is not None and s.fingerprint]
     if not _tuning.is_remote(req.path):
         _read.check_shards(listed, skip_corrupt=req.skip_corrupt)
