@@ -11,6 +11,7 @@
 - IAM is not emulated: every request naming the bucket FORBIDDEN_BUCKET gets GCS's 403,
   and so does every read of an object in LIST_ONLY_BUCKET (listing it works), as for an
   account holding storage.objects.list without storage.objects.get.
+- Beam connects anonymously at once, without its credential lookup's backoff (15-25 s).
 - `GcsEmulator.recording()` lists the responses the server sends (method, path, body
   bytes): what an operation costs in requests and bytes, whichever client made them.
 """
@@ -179,7 +180,7 @@ def _pump(a, b, stop=lambda: False):
 
 def _https_urls_for_gcs_hosts():
     """The emulator builds upload and media URLs as http://<Host header>; real GCS (and the
-    TLS relay in front of the emulator) answers https://. The first of two seams patched here."""
+    TLS relay in front of the emulator) answers https://. The first seam patched here."""
     from urllib.parse import urlparse
 
     from gcp_storage_emulator import server
@@ -298,6 +299,19 @@ def _responses_are_recorded():
     server.Response._ingest_recorded = True
 
 
+def _beam_connects_anonymously():
+    """Beam looks for Google credentials once per process and, finding none, retries with
+    backoff before it connects anonymously: 15-25 s of each test worker's first GCS job
+    (2 + 4 + 8 + 16 s, jittered). The emulator takes anonymous requests, so the lookup is
+    settled as Beam would settle it, at once. The fourth seam patched here (Beam's own
+    cache of the outcome: `get_service_credentials` returns what it holds)."""
+    from apache_beam.internal.gcp import auth
+
+    with auth._Credentials._credentials_lock:
+        if not auth._Credentials._credentials_init:
+            auth._Credentials._credentials, auth._Credentials._credentials_init = None, True
+
+
 class GcsEmulator:
     """gcp-storage-emulator on 127.0.0.1, plus the TLS relay TensorFlow needs."""
 
@@ -305,6 +319,7 @@ class GcsEmulator:
         from gcp_storage_emulator.server import create_server
 
         _https_urls_for_gcs_hosts()
+        _beam_connects_anonymously()
         _forbidden_bucket_answers_403()
         _responses_are_recorded()
 
