@@ -16,6 +16,7 @@ _ROLES = {
     "--input": "roles/storage.objectViewer on the input's bucket",
     "--output": "roles/storage.objectAdmin on the output's bucket",
     "--schema_from": "roles/storage.objectViewer on the bucket of the dataset whose schema it carries",
+    "--schema": "roles/storage.objectViewer on the schema file's bucket",
 }
 # google-cloud-storage's errors read "403 GET <url>: <GCS's message>"; the path is named already.
 # A download's message is GCS's JSON body instead, then the transport's own words:

@@ -165,6 +165,7 @@ def test_permission_denied_is_a_clear_error(gcs):
         ("csv", "--input", "gs://forbidden/raw/*.csv"),  # listed
         ("images", "--input", "gs://forbidden/manifest.csv"),  # read whole
         ("csv", "--output", "gs://forbidden/ds"),
+        ("csv", "--schema", "gs://forbidden/schema.json"),  # read at its first read, not at its open
     ],
 )
 def test_a_conversion_gcs_refuses_prints_one_line_naming_the_path_and_the_role(
@@ -176,7 +177,7 @@ def test_a_conversion_gcs_refuses_prints_one_line_naming_the_path_and_the_role(
     code = convert.main(["--source", source, "--label", "label", *(a for kv in paths.items() for a in kv)])
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert code == 1 and len(errors) == 1
-    role = {"--input": "roles/storage.objectViewer", "--output": "roles/storage.objectAdmin"}[refused]
+    role = {"--output": "roles/storage.objectAdmin"}.get(refused, "roles/storage.objectViewer")
     assert errors[0].startswith(f"error: permission denied on {refused} {paths[refused]}: 403 ingest-test@example.com ")
     assert "storage.objects." in errors[0] and role in errors[0] and "application-default login" in errors[0]
     assert "BeamIOError" not in errors[0] and "http://" not in errors[0]

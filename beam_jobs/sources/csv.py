@@ -8,10 +8,9 @@ from typing import ClassVar, Iterator
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
-from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs._background import prefetched
-from beam_jobs._errors import ConversionError
+from beam_jobs._errors import ConversionError, open_named
 from beam_jobs.sources import carried_schema, column_types, csv_ranges, readers
 from beam_jobs.sources.base import Source, WorkItem, first_mismatch, flag, match_files, select_columns
 
@@ -107,7 +106,7 @@ class CsvSource(Source):
         paths = [p for p, _ in files]
         given: dict = {}
         if args.schema:
-            with FileSystems.open(args.schema) as f:
+            with open_named("--schema", args.schema) as f:
                 given.update(column_types.load_schema_file(f.read().decode("utf-8"), path=args.schema))
         given.update(column_types.parse_column_flags(args.column))
         csv = cls._format(args)
