@@ -402,13 +402,14 @@ def test_a_torch_run_killed_mid_epoch_resumes_to_the_same_weights(dataset, tmp_p
     def run(checkpoint, kill_at):  # each run a process of its own, forked before any op (tests/_preloaded.py)
         return preloaded.run(child + [str(checkpoint), str(kill_at)], timeout=300)
 
-    whole = run(tmp_path / "whole.pt", -1)
-    assert whole.returncode == 0, whole.stderr[-2000:]
+    # The uninterrupted run beside the killed one and its resumption: it shares nothing with them.
+    whole = preloaded.popen(child + [str(tmp_path / "whole.pt"), "-1"], stderr=str(tmp_path / "whole.err"))
     killed = run(tmp_path / "cut.pt", 37)  # mid-way through the second epoch's pass
     assert killed.returncode == -signal.SIGKILL
     resumed = run(tmp_path / "cut.pt", -1)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    weights, steps, ran = whole.stdout.split()
+    assert whole.wait(timeout=300) == 0, (tmp_path / "whole.err").read_text()[-2000:]
+    weights, steps, ran = whole.communicate()[0].split()
     assert resumed.stdout.split() == [weights, steps, str(int(steps) - 37)]
 
 
